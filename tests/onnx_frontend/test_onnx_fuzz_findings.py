@@ -8,9 +8,9 @@ import pytest
 np = pytest.importorskip("numpy")
 pytest.importorskip("onnx")
 
-from support.onnx_models import build_and_load, run_ort, single_node  # noqa: E402
+from support.onnx_models import build_and_load, graph_model, run_ort, single_node, typed_model  # noqa: E402
 
-from svod_min.error import UnsupportedModelError  # noqa: E402
+from svod_min.error import ModelFileError, UnsupportedModelError  # noqa: E402
 from svod_min.onnx.build import lower_model  # noqa: E402
 
 
@@ -39,3 +39,114 @@ def test_clip_with_min_above_max_gives_max_as_onnxruntime_does(tmp_path, lo, hi)
     want = run_ort(model, {"x": x})[0]
     got = build_and_load(model, str(tmp_path)).run({"x": x})["y"]
     np.testing.assert_array_equal(got, want)
+
+
+def _lstm(w_shape, hidden: int, r_dtype=np.float32):
+    """An LSTM without its optional Y output (the contract was skipped for a node whose first output is unnamed)."""
+    from onnx import helper
+
+    rng = np.random.default_rng(0)
+    consts = {
+        "W": rng.standard_normal(w_shape).astype(np.float32),
+        "R": rng.standard_normal((1, 12, 3)).astype(r_dtype),
+        "B": np.zeros((1, 24), np.float32),
+    }
+    node = helper.make_node("LSTM", ["x", "W", "R", "B"], ["", "h"], hidden_size=hidden)
+    return graph_model([node], [("x", (4, 2, 5))], ["h"], 14, consts)
+
+
+def _float_out(model, rank: int):
+    """``model`` with its outputs declared float32 of ``rank`` unnamed dims (shape inference, refusing the node,
+    leaves them untyped, which the checker refuses)."""
+    from onnx import TensorProto
+
+    for out in model.graph.output:
+        out.type.tensor_type.elem_type = TensorProto.FLOAT
+        for i in range(rank):
+            out.type.tensor_type.shape.dim.add().dim_param = "d%d" % i
+    return model
+
+
+def _refused_models():
+    """(id, model, what the refusal says) for each model onnxruntime refuses that svod_min built or crashed on."""
+    from onnx import TensorProto, helper
+
+    f32 = np.float32
+    gather = helper.make_node("Gather", ["e", "i"], ["y"], axis=2**40)  # constant data: inference skips the axis
+    yield (
+        "softmax-axis",
+        single_node("Softmax", [("x", (2, 5, 3))], axis=2**40),
+        r"attribute axis=1099511627776 is out of range \[-3, 2\]",
+    )
+    yield (
+        "gather-axis",
+        _float_out(typed_model([gather], [("i", (2,), TensorProto.INT64)], ["y"], 13, {"e": np.ones(39, f32)}), 1),
+        r"attribute axis=1099511627776 is out of range \[-1, 0\]",
+    )
+    yield "lstm-w-rank-1", _lstm((59,), 3), r"'W' \[59\] must be \[1, 12, 5\]"
+    yield "lstm-hidden-size", _lstm((1, 12, 5), 64), r"'W' \[1, 12, 5\] must be \[1, 256, 5\]"
+    yield "lstm-int64-r", _lstm((1, 12, 5), 3, np.int64), r"constant 'R' \(input 2, R\) is int64; LSTM takes"
+    yield "transpose-short-perm", single_node("Transpose", [("x", (2, 3, 4))], perm=[0, 1]), r"perm \[0, 1\] is not a"
+    yield (
+        "conv-uint8-weight",
+        single_node("Conv", [("x", (1, 2, 5, 5))], consts={"w": np.ones((3, 2, 3, 3), np.uint8)}),
+        r"constant 'w' \(input 1, W\) is uint8; Conv takes double, float, float16",
+    )
+    bn = {"s": np.ones(2, f32), "b": np.zeros(2, bool), "m": np.zeros(2, f32), "v": np.ones(2, f32)}
+    yield (
+        "batchnorm-bool-bias",
+        single_node("BatchNormalization", [("x", (1, 2, 3))], consts=bn),
+        r"constant 'b' \(input 2, B\) is bool",
+    )
+    two = np.array([0, 1], np.int64)
+    ends = {"st": two, "en": np.array([[2, 3]], np.int64), "ax": two, "sp": np.array([1, 1], np.int64)}
+    yield (
+        "slice-2d-ends",
+        _float_out(single_node("Slice", [("x", (4, 5))], consts=ends), 2),
+        r"must be 1-D and of one length",
+    )
+    rng = graph_model(
+        [helper.make_node("Range", ["a", "b", "c"], ["r"]), helper.make_node("Add", ["x", "r"], ["y"])],
+        [("x", (3,))],
+        ["y"],
+        17,
+        {"a": np.zeros(0, f32), "b": np.array(3, f32), "c": np.array(1, f32)},
+    )
+    yield "range-empty-start", _float_out(rng, 1), r"Range.*should be scalars"
+
+
+@pytest.mark.parametrize("case", list(_refused_models()), ids=lambda c: c[0])
+def test_models_onnxruntime_refuses_are_refused_by_name(tmp_path, case):
+    """Each built (or raised IndexError/TypeError) before: fuzz seeds 7, 11 and 13 (docs/fuzzing.md)."""
+    import onnx
+
+    _, model, message = case
+    path = str(tmp_path / "m.onnx")
+    onnx.save(model, path)
+    with pytest.raises(ModelFileError, match=message):
+        lower_model(path)
+
+
+def test_a_graph_returning_its_input_runs(tmp_path):
+    """A graph whose only node was bypassed (its output is its input) built a plan without ops that run refused
+    (fuzz seed 11, case 1038); the output is the input, as onnxruntime gives."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [],
+        "t",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    want = run_ort(model, {"x": x})[0] if _have_ort() else x
+    np.testing.assert_array_equal(build_and_load(model, str(tmp_path)).run({"x": x})["x"], want)
+
+
+def _have_ort() -> bool:
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return False
+    return True

@@ -172,6 +172,67 @@ def _rnn(graph: Graph, node: Node) -> Optional[str]:
     return None
 
 
+def _transpose(graph: Graph, node: Node) -> Optional[str]:
+    x = node.inputs[0]
+    perm = node.attrs.get("perm")
+    if perm is not None and sorted(perm) != list(range(len(graph.values[x].shape))):
+        return "perm %s is not a permutation of the %d dims of input %s" % (
+            list(perm),
+            len(graph.values[x].shape),
+            _show(graph, x),
+        )
+    return None
+
+
+def _slice(graph: Graph, node: Node) -> Optional[str]:
+    """starts, ends, axes and steps (opset 10 on) are 1-D and of one length."""
+    parts = [n for n in node.inputs[1:5] if n]
+    for name in parts:
+        if len(graph.values[name].shape) != 1 or graph.values[name].size != graph.values[parts[0]].size:
+            return "starts/ends/axes/steps must be 1-D and of one length: %s" % ", ".join(
+                _show(graph, n) for n in parts
+            )
+    return None
+
+
+#: Ops whose first output is optional (an RNN's Y): their contract holds whichever outputs the node names.
+OPTIONAL_FIRST_OUTPUT = frozenset({"LSTM", "GRU"})
+#: Ops whose axis/axes attributes count the output's dims (the output has more than the input).
+OUTPUT_AXES = frozenset({"Unsqueeze", "OneHot"})
+#: Ops whose axis is a cut between dims, so ``r`` itself is a valid axis (Flatten at r: everything before the cut).
+CUT_AXES = frozenset({"Flatten"})
+#: Ops whose axis only matters when their scale (input 1) holds more than one value (per-axis quantization).
+PER_AXIS_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
+
+
+def axis_attribute_violation(graph: Graph, node: Node) -> Optional[str]:
+    """Why an ``axis``/``axes`` attribute of ``node`` lies outside ``[-r, r-1]`` of the tensor it counts (None when
+    none does): ONNX calls that an invalid model, and a lowering would index a shape with it."""
+    ref = (node.outputs[:1] if node.op in OUTPUT_AXES else node.inputs[:1]) or [""]
+    if not ref[0] or ref[0] not in graph.values:
+        return None
+    if node.op in PER_AXIS_OPS:
+        scale = _inputs(node, 1)[0]
+        if not scale or graph.values[scale].size <= 1:
+            return None
+    r = len(graph.values[ref[0]].shape)
+    hi = r if node.op in CUT_AXES else r - 1
+    for attr in ("axis", "axes"):
+        value = node.attrs.get(attr)
+        values = value if isinstance(value, (list, tuple)) else [] if value is None else [value]
+        for v in values:
+            if not isinstance(v, int) or not -r <= v <= hi:
+                return "attribute %s=%r is out of range [%d, %d] (%s has %d dims)" % (
+                    attr,
+                    value,
+                    -r,
+                    hi,
+                    _show(graph, ref[0]),
+                    r,
+                )
+    return None
+
+
 CONTRACTS: Dict[str, Callable[[Graph, Node], Optional[str]]] = {
     **{op: _view for op in VIEW_OPS},
     **{op: _broadcasting for op in BROADCAST_OPS},
@@ -182,15 +243,20 @@ CONTRACTS: Dict[str, Callable[[Graph, Node], Optional[str]]] = {
     "PRelu": _prelu,
     "Gemm": _gemm,
     "LSTM": _rnn,
+    "Transpose": _transpose,
+    "Slice": _slice,
     "GRU": _rnn,
 }
 
 
 def contract_violation(graph: Graph, node: Node) -> Optional[str]:
     """How ``node``'s static shapes contradict its op (None when they agree or the op has no contract here)."""
-    check = CONTRACTS.get(node.op)
-    if check is None or not node.outputs or not node.outputs[0]:
+    if not any(node.outputs) or (not node.outputs[0] and node.op not in OPTIONAL_FIRST_OUTPUT):
         return None
+    why = axis_attribute_violation(graph, node)
+    check = CONTRACTS.get(node.op)
+    if why is not None or check is None:
+        return why
     try:
         return check(graph, node)
     except IndexError:  # a dim the contract reads is missing: an input of a rank the op does not take

@@ -77,7 +77,9 @@ def _tile(node: Any, consts: Dict[str, np.ndarray]) -> Optional[int]:
 
 def _range(node: Any, consts: Dict[str, np.ndarray]) -> Optional[int]:
     start, limit, delta = (_values(consts, node, i) for i in range(3))
-    if start is None or limit is None or delta is None or float(np.asarray(delta).reshape(-1)[0]) == 0:
+    if start is None or limit is None or delta is None or any(np.size(v) != 1 for v in (start, limit, delta)):
+        return None  # not Range's scalars: no size to foresee, and the fold (or the op table) names the fault
+    if float(np.asarray(delta).reshape(-1)[0]) == 0:
         return None
     lo, hi, step = (float(np.asarray(v).reshape(-1)[0]) for v in (start, limit, delta))
     count = (hi - lo) / step

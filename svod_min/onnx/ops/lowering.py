@@ -262,7 +262,8 @@ class Lowering:
             }
         for name in g.outputs:
             v = g.values[name]
-            buffers[name] = {"dtype": v.dtype, "shape": list(v.shape), "output": True}
+            # an output that is also an input (a graph returning its input) stays the input buffer, marked output too
+            buffers[name] = dict(buffers.get(name, {"dtype": v.dtype, "shape": list(v.shape)}), output=True)
         consts = sorted({r for r, _ in roots.values() if g.values[r].const is not None})
         for i, name in enumerate(consts):
             v = g.values[name]
