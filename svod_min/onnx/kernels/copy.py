@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import struct
+import sys
 from typing import Sequence, Union
 
 from ...dtypes import dtype as dtype_of
@@ -28,9 +29,9 @@ def move_type(dtype: str) -> str:
 
 
 def bits_literal(raw: bytes) -> str:
-    """One element's stored bytes (little-endian, as numpy's ``tobytes`` gives them on the hosts svod_min builds on)
-    as a C constant of the unsigned type of that size: Pad's fill, exact for any dtype."""
-    return "(%s)%dULL" % (MOVE_TYPES[len(raw)], int.from_bytes(raw, "little"))
+    """One element's stored bytes (in the build host's order, as numpy's ``tobytes`` gives them) as a C constant of
+    the unsigned type of that size: Pad's fill, exact for any dtype."""
+    return "(%s)%dULL" % (MOVE_TYPES[len(raw)], int.from_bytes(raw, sys.byteorder))
 
 
 def slice_copy(outer: int, length: int, total: int, offset: int, dtype: str = "float32") -> CKernel:
@@ -81,12 +82,12 @@ def pad(
     if isinstance(value, bytes) and dtype != "float32":
         fill = bits_literal(value)
     elif isinstance(value, bytes):
-        number = struct.unpack("<f", value)[0]
+        number = struct.unpack("=f", value)[0]
         # flt writes every float32 but a NaN exactly; a NaN keeps its sign and payload through a union's bits
         fill = (
             flt(number)
             if number == number
-            else "((union { unsigned int u; float f; }){%dU}).f" % (int.from_bytes(value, "little"))
+            else "((union { unsigned int u; float f; }){%dU}).f" % (int.from_bytes(value, sys.byteorder))
         )
     else:
         fill = flt(float(value)) if dtype == "float32" else "(%s)%r" % (move_type(dtype), value)
