@@ -16,7 +16,7 @@ pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from support.onnx_models import build_and_load, max_rel_error, run_ort  # noqa: E402
 
-from svod_min.error import UnsupportedModelError  # noqa: E402
+from svod_min.error import ModelFileError, UnsupportedModelError  # noqa: E402
 from svod_min.onnx.frontend.parse import read_graph  # noqa: E402
 
 RNG = np.random.default_rng(40)
@@ -230,3 +230,9 @@ def test_fused_conv_unknown_activation_refused(tmp_path: Any) -> None:
     model = _model(nodes, [("c", (1, 4, 6, 7))], ["y"], 13, {"w": _r(8, 4, 3, 3)})
     with pytest.raises(UnsupportedModelError, match=r"FusedConv.*activation 'Elu' is not supported"):
         _read(model, tmp_path)
+
+
+def test_attribute_of_the_wrong_kind_refused(tmp_path: Any) -> None:
+    nodes = [helper.make_node("QuickGelu", ["x"], ["y"], domain=MS, alpha="big")]
+    with pytest.raises(ModelFileError, match=r"node 0 \(QuickGelu\): an attribute has a value of the wrong kind"):
+        _read(_model(nodes, X, ["y"], 13, {}), tmp_path)

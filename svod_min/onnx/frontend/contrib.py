@@ -316,10 +316,10 @@ def rewrite_contrib(model: onnx.ModelProto, opset: int) -> int:
                 new_nodes.append(n)
                 continue
             e = _Emit(model, n, i, opset, (dict(known[0]), dict(known[1])))
-            if wants_readers:
-                fn(e, readers)
-            else:
-                fn(e)
+            try:
+                fn(e, readers) if wants_readers else fn(e)
+            except (TypeError, ValueError, OverflowError) as exc:  # an attribute of the wrong kind: a string alpha
+                raise ModelFileError("%s: an attribute has a value of the wrong kind (%s)" % (e.label(), exc)) from None
             new_nodes.extend(e.nodes)
             progress += 1
         del model.graph.node[:]
