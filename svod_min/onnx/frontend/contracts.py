@@ -195,6 +195,13 @@ def _slice(graph: Graph, node: Node) -> Optional[str]:
     return None
 
 
+def _split(graph: Graph, node: Node) -> Optional[str]:
+    sizes = _inputs(node, 1)[0]
+    if sizes and len(graph.values[sizes].shape) != 1:
+        return "split sizes %s must be 1-D" % _show(graph, sizes)
+    return None
+
+
 #: Ops whose first output is optional (an RNN's Y): their contract holds whichever outputs the node names.
 OPTIONAL_FIRST_OUTPUT = frozenset({"LSTM", "GRU"})
 #: Ops whose axis/axes attributes count the output's dims (the output has more than the input).
@@ -245,6 +252,7 @@ CONTRACTS: Dict[str, Callable[[Graph, Node], Optional[str]]] = {
     "LSTM": _rnn,
     "Transpose": _transpose,
     "Slice": _slice,
+    "Split": _split,
     "GRU": _rnn,
 }
 

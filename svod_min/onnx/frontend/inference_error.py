@@ -63,7 +63,7 @@ def _fails(model: onnx.ModelProto, count: int) -> bool:
 
 
 def _infer(model: onnx.ModelProto) -> onnx.ModelProto:
-    return shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+    return shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)  # as parse.infer
 
 
 def _prefix(model: onnx.ModelProto, count: int) -> onnx.ModelProto:

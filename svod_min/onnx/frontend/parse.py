@@ -17,6 +17,7 @@ from onnx import helper, numpy_helper, shape_inference
 
 from ...error import IndexOutOfRangeError, ModelFileError, UnsupportedModelError
 from .branch import inline_if
+from .contracts import contract_violation
 from .contrib import rewrite_contrib
 from .fold_size import too_big_to_fold
 from .indices import RULES as INDEX_RULES
@@ -156,7 +157,9 @@ def _bind_one(inp: Any, dims: Mapping[str, int], shape: Optional[Sequence[int]],
 
 def infer(model: onnx.ModelProto) -> onnx.ModelProto:
     try:
-        return shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+        # check_type: an input of a dtype its op does not take (a float Not, uint8 Gather indices) is refused here,
+        # before a fold of an empty result could drop the node unchecked, as onnxruntime refuses it at load
+        return shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
     except Exception as exc:
         _refuse_bad_constant_index(model)  # shape inference also trips on those; the refusal names the index
         raise ModelFileError(inference_failure(model, str(exc).splitlines()[0][:400], opset_of(model))) from None
@@ -184,6 +187,7 @@ def _fold_round(model: onnx.ModelProto, opset: int) -> bool:
             continue
         results = _try_fold(node, dict(empties, **consts), shapes, opset)
         if results is None and all(name in empties for name in node.output if name) and any(node.output):
+            _refuse_contradiction(node, len(keep), shapes, consts, opset)  # the node's contract still holds
             results = [empties[name] if name else np.zeros(0, np.float32) for name in node.output]
         elif results is not None and node.op_type == "ReduceMean" and _known(node.input[0], empties, consts).size == 0:
             # the spec leaves a mean over nothing undefined; onnxruntime gives 0 (numpy and onnx's reference NaN)
@@ -208,6 +212,24 @@ def _fold_round(model: onnx.ModelProto, opset: int) -> bool:
 
 def _constant_if(node: Any, consts: Dict[str, np.ndarray]) -> bool:
     return node.op_type == "If" and node.domain in ("", "ai.onnx") and bool(node.input) and node.input[0] in consts
+
+
+def _refuse_contradiction(
+    node: Any, index: int, shapes: Dict[str, Tuple[int, ...]], consts: Dict[str, np.ndarray], opset: int
+) -> None:
+    """A node about to fold into its empty result is held to its shape contract first (frontend/contracts.py):
+    a Gemm C or Conv bias that does not fit the empty result is a fault onnxruntime refuses."""
+    values = {}
+    for name in list(node.input) + list(node.output):
+        shape = tuple(consts[name].shape) if name in consts else shapes.get(name)
+        if name and shape is not None:
+            values[name] = Value(name, tuple(int(d) for d in shape), "float32")
+    ir = _node(node, index)
+    if not all(n in values for n in list(ir.inputs) + list(ir.outputs) if n):
+        return  # a shape unknown: nothing to hold the node to
+    why = contract_violation(Graph(values, [ir], [], [], opset), ir)
+    if why is not None:
+        raise ModelFileError("%s, opset %d: %s" % (ir.label(), opset, why))
 
 
 def _static_shapes(model: onnx.ModelProto) -> Dict[str, Tuple[int, ...]]:

@@ -17,7 +17,6 @@ from ...error import IndexOutOfRangeError, ModelFileError, UnsupportedModelError
 from .contracts import contract_violation
 from .indices import Operand, check_indices
 from .ir import Graph, Node
-from .type_constraints import constant_dtype_violation
 
 Rule = Callable[[Any], Optional[str]]
 
@@ -105,9 +104,6 @@ def check_node(graph: Graph, node: Node) -> None:
             raise refuse(
                 node, opset, "tensor %r is %s; this op runs on %s only" % (name, v.dtype, ", ".join(spec.dtypes))
             )
-    why = constant_dtype_violation(graph, node)
-    if why is not None:  # a constant the op's schema does not take there: onnxruntime refuses the model too
-        raise ModelFileError("%s, opset %d: %s" % (node.label(), opset, why))
     if spec.check is not None:
         why = spec.check(graph, node)
         if why is not None:
