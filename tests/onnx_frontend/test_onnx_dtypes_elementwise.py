@@ -44,6 +44,7 @@ DTYPES = {
 }
 FLOATS = ("float32", "float64", "float16", "bfloat16")
 ROWS, COLS = 3, 16
+NEG = {"detect_positive": 0}
 COMPARE = ["Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"]
 #: Where onnxruntime's result is not ONNX's: its float16 Sign(NaN) is 0 (its float32 one NaN, as svod_min's).
 NUMPY_REFERENCE = {("float16", "Sign")}
@@ -86,10 +87,18 @@ def _cases(name: str) -> List[Tuple[str, str, List[str], Dict[str, Any]]]:
     cases.append(("fmod", "Mod", ["a", "b"], {"fmod": 1}))
     if name in FLOATS:
         cases += [("sum", "Sum", ["a", "b", "a2"], {}), ("mean", "Mean", ["a", "b", "a2"], {})]
+        cases += [("isnan", "IsNaN", ["a"], {}), ("isinf", "IsInf", ["a"], {}), ("isneginf", "IsInf", ["a"], NEG)]
         if name in ("float32", "float64"):
             cases += [(op.lower(), op, ["t"], {}) for op in LIBM]
     else:
         cases.append(("mod", "Mod", ["a", "b"], {"fmod": 0}))
+        cases += [(op.lower(), op, ["a", "b"], {}) for op in ["BitwiseAnd", "BitwiseOr", "BitwiseXor"]]
+        cases.append(("bitwisenot", "BitwiseNot", ["a"], {}))
+    if name[0] == "u":  # b holds shifts past the width (16, the type's maximum): 0, as onnxruntime gives
+        cases += [
+            ("shl", "BitShift", ["a", "b"], {"direction": "LEFT"}),
+            ("shr", "BitShift", ["b", "a"], {"direction": "RIGHT"}),
+        ]
     return cases
 
 
@@ -110,7 +119,11 @@ def _ort(op: str, feeds: List[np.ndarray], attrs: Dict[str, Any]) -> Optional[np
         helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(f.dtype), f.shape)
         for n, f in zip(names, feeds)
     ]
-    result = TP.BOOL if op in COMPARE + ["And", "Or", "Xor", "Not"] else inputs[-1].type.tensor_type.elem_type
+    result = (
+        TP.BOOL
+        if op in COMPARE + ["And", "Or", "Xor", "Not", "IsNaN", "IsInf"]
+        else inputs[-1].type.tensor_type.elem_type
+    )
     result = attrs.get("to", result)
     graph = helper.make_graph(
         [helper.make_node(op, names, ["y"], **attrs)], "g", inputs, [helper.make_tensor_value_info("y", result, None)]
@@ -134,6 +147,16 @@ def _divide(a: int, b: int, op: str, fmod: int, bits: int, signed: bool) -> int:
         r = a % b if not fmod else (abs(a) % abs(b)) * (-1 if a < 0 else 1)
     r %= 1 << bits
     return r - (1 << bits) if signed and r >= 1 << (bits - 1) else r
+
+
+def _shift(x: np.ndarray, y: np.ndarray, direction: str) -> np.ndarray:
+    bits = x.dtype.itemsize * 8
+    x, y = np.broadcast_arrays(x, y)
+    out = [
+        0 if int(k) >= bits else (int(v) << int(k) if direction == "LEFT" else int(v) >> int(k)) % (1 << bits)
+        for v, k in zip(x.ravel(), y.ravel())
+    ]
+    return np.array(out, object).astype(x.dtype).reshape(x.shape)
 
 
 def _numpy(op: str, ins: List[np.ndarray], attrs: Dict[str, Any], dtype: np.dtype) -> np.ndarray:
@@ -162,6 +185,8 @@ def _numpy(op: str, ins: List[np.ndarray], attrs: Dict[str, Any], dtype: np.dtyp
             "Where": lambda c, x, y: np.where(c, x, y), "And": np.logical_and, "Or": np.logical_or,
             "Xor": np.logical_xor, "Not": np.logical_not, "Asinh": np.arcsinh, "Acosh": np.arccosh,
             "Atanh": np.arctanh, "Asin": np.arcsin, "Acos": np.arccos, "Atan": np.arctan,
+            "IsNaN": np.isnan, "BitShift": lambda x, y: _shift(x, y, attrs["direction"]),
+            "IsInf": lambda x: np.isneginf(x) if attrs.get("detect_positive") == 0 else np.isinf(x),
         }.get(op) or getattr(np, op.lower())  # fmt: skip
         out = fn(*work)
     return out if out.dtype == np.bool_ else out.astype(dtype)

@@ -11,7 +11,7 @@ from ..ctext import flt
 from ..frontend.ir import Graph, Node
 from ..frontend.passes import AFFINE, activation_params_of
 from ..frontend.table import ANY, one_of, register
-from ..kernels.arith import COMPARISONS, DTYPES, EVERY, FLOATS, LOGIC, NUMERIC, SIGNED, Arith
+from ..kernels.arith import COMPARISONS, DTYPES, EVERY, FLOATS, INTEGERS, LOGIC, NUMERIC, SIGNED, UNSIGNED, Arith
 from ..kernels.elementwise import elementwise
 from .lowering import F32, Lowering
 
@@ -337,5 +337,51 @@ def lower_compare(L: Lowering, node: Node) -> None:
         tag=node.op.lower(),
         in_dtypes=[d] * len(ins),
         out_dtype=DTYPES["bool"],
+    )
+    L.source(kernel, [out] + ins)
+
+
+#: Bitwise ops on integers (C's operators on the element type) and float classification (bool results).
+BITWISE = {"BitwiseAnd": "&", "BitwiseOr": "|", "BitwiseXor": "^"}
+
+
+@register(["BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot"], "generated C (broadcasting)", dtypes=INTEGERS)
+@register(
+    ["BitShift"],
+    "generated C (broadcasting); a shift by the width or more gives 0 (C leaves it undefined)",
+    dtypes=UNSIGNED,
+    direction=one_of("LEFT", "RIGHT"),
+)
+@register(["IsNaN"], "generated C; bool result", dtypes=FLOATS + ("bool",))
+@register(["IsInf"], "generated C; bool result", dtypes=FLOATS + ("bool",), detect_negative=ANY, detect_positive=ANY)
+def lower_bits(L: Lowering, node: Node) -> None:
+    ins = list(node.inputs)
+    out = node.outputs[0]
+    d = DTYPES[L.value(ins[0]).dtype]
+    result = d
+    if node.op in BITWISE:
+        expr = "(%s)(x0 %s x1)" % (d.c, BITWISE[node.op])
+    elif node.op == "BitwiseNot":
+        expr = "(%s)~x0" % d.c
+    elif node.op == "BitShift":
+        shift = "<<" if node.attrs["direction"] == "LEFT" else ">>"
+        expr = "(x1 >= %d ? (%s)0 : (%s)((%s)x0 %s x1))" % (d.bits, d.c, d.c, d.wrap, shift)
+    else:
+        result = DTYPES["bool"]
+        if node.op == "IsNaN":
+            expr = "(x0 != x0)"
+        else:
+            neg, pos = int(node.attrs.get("detect_negative", 1)), int(node.attrs.get("detect_positive", 1))
+            tests = (["x0 - x0 != x0 - x0 && x0 == x0 && x0 < 0"] if neg else []) + (
+                ["x0 - x0 != x0 - x0 && x0 == x0 && x0 > 0"] if pos else []
+            )
+            expr = "(%s)" % (" || ".join("(%s)" % t for t in tests) or "0")
+    kernel = elementwise(
+        L.value(out).shape,
+        [L.value(n).shape for n in ins],
+        expr,
+        tag=node.op.lower(),
+        in_dtypes=[d] * len(ins),
+        out_dtype=result,
     )
     L.source(kernel, [out] + ins)
