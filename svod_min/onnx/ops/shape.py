@@ -12,7 +12,7 @@ import numpy as np
 
 from ...dtypes import ALL_DTYPES
 from ..frontend.ir import Graph, Node, normalize_axis
-from ..frontend.table import ANY, one_of, register
+from ..frontend.table import ANY, OPS, one_of, register
 from ..geometry import broadcast_strides, collapse, contiguous_strides
 from ..kernels.copy import gather, gather_copy, gather_elements, pad, pad_index, slice_copy
 from .lowering import F32, Lowering
@@ -59,6 +59,12 @@ def _itemsize(L: Lowering, name: str) -> int:
 )
 def lower_view(L: Lowering, node: Node) -> None:
     L.view(node.outputs[0], node.inputs[0])
+
+
+if "Cast" not in OPS:  # ops/cast.py lowers every Cast where it is present (imported first or later, it wins)
+    register(
+        ["Cast"], "float32 to float32 only (other casts of run-time tensors are refused)", to=one_of(1), saturate=ANY
+    )(lower_view)
 
 
 @register(
