@@ -44,7 +44,8 @@ def test_unsupported_attribute_value(tmp_path):
 
 
 def test_cast_to_a_float8_is_refused_by_dtype(tmp_path):
-    model = single_node("Cast", [("x", (2,))], to=TensorProto.FLOAT8E4M3FN)
+    # opset 19 brings float8 to Cast: at 17 the model is invalid and shape inference's type check refuses it
+    model = single_node("Cast", [("x", (2,))], opset=19, to=TensorProto.FLOAT8E4M3FN)
     _refused(model, tmp_path, "float8")
 
 
