@@ -124,6 +124,12 @@ def _refused_models():
     yield "gather-empty-uint8-indices", empty_gather, r"node 0 \(Gather\).*unsupported type: tensor\(uint8\)"
     gemm = single_node("Gemm", [("a", (3, 5))], consts={"b": np.zeros((0, 5), f32), "c": np.ones(4, f32)}, transB=1)
     yield "gemm-c-of-an-empty-result", gemm, r"C 'c' \[4\] does not broadcast to the result \[3, 0\]"
+    norm = single_node("LayerNormalization", [("x", (0,))], consts={"g": np.ones(8, f32), "bb": np.zeros(8, f32)})
+    yield (
+        "layernorm-scale-of-an-empty-input",
+        norm,
+        r"'g' \[8\] does not broadcast to the normalized dims \[0\] of input 'x'",
+    )
     split = single_node("Split", [("x", (6,))], ("y", "z"), opset=13, consts={"s": np.array([[2, 4]], np.int64)})
     yield "split-2d-sizes", split, r"split sizes 's' \[1, 2\] must be 1-D"
 

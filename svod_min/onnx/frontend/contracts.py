@@ -32,7 +32,8 @@ def _size(shape: Sequence[int]) -> int:
 
 
 def _show(graph: Graph, name: str) -> str:
-    return "%r %s" % (name, list(graph.values[name].shape))
+    shown = name[: -len("~empty")] if name.endswith("~empty") else name  # the parser's constant for an empty input
+    return "%r %s" % (shown, list(graph.values[name].shape))
 
 
 def broadcast(shapes: Sequence[Shape]) -> Optional[Shape]:
@@ -202,6 +203,22 @@ def _split(graph: Graph, node: Node) -> Optional[str]:
     return None
 
 
+def _layer_norm(graph: Graph, node: Node) -> Optional[str]:
+    """Scale and B broadcast to the normalized dims, ``X.shape[axis:]``."""
+    x = node.inputs[0]
+    xs = graph.values[x].shape
+    axis = int(node.attrs.get("axis", -1))
+    normalized = tuple(xs[axis + len(xs) if axis < 0 else axis :])
+    for name in _inputs(node, 1, 2):
+        if name and broadcast([normalized, graph.values[name].shape]) != normalized:
+            return "%s does not broadcast to the normalized dims %s of input %s" % (
+                _show(graph, name),
+                list(normalized),
+                _show(graph, x),
+            )
+    return None
+
+
 #: Ops whose first output is optional (an RNN's Y): their contract holds whichever outputs the node names.
 OPTIONAL_FIRST_OUTPUT = frozenset({"LSTM", "GRU"})
 #: Ops whose axis/axes attributes count the output's dims (the output has more than the input).
@@ -253,6 +270,7 @@ CONTRACTS: Dict[str, Callable[[Graph, Node], Optional[str]]] = {
     "Transpose": _transpose,
     "Slice": _slice,
     "Split": _split,
+    "LayerNormalization": _layer_norm,
     "GRU": _rnn,
 }
 
