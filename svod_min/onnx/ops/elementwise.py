@@ -130,6 +130,14 @@ register(LIBM_UNARY, "generated C (libm), float32 and float64", dtypes=("float32
 def lower_unary(L: Lowering, node: Node) -> None:
     x, out = node.inputs[0], node.outputs[0]
     v = L.value(out)
+    if v.dtype in HALVES and node.op not in TYPED_UNARY:  # float32's expression on float loads, rounded back
+        d = DTYPES[v.dtype]
+        kind, params = activation_of(node)
+        expr = activation(kind, params, unary_expr(node, L.graph))
+        L.source(
+            elementwise(v.shape, [L.value(x).shape], expr, tag=node.op.lower(), in_dtypes=[d], out_dtype=d), [out, x]
+        )
+        return
     if v.dtype != "float32":
         lower_typed_unary(L, node)
         return
@@ -142,6 +150,8 @@ def lower_unary(L: Lowering, node: Node) -> None:
     L.source(elementwise(v.shape, [L.value(x).shape], expr, tag=node.op.lower()), [out, x])
 
 
+#: float16 and bfloat16: the float32 unary ops (activations included) run on them in float, rounded once per op.
+HALVES = ("float16", "bfloat16")
 #: Unary ops whose registration is not the table's default (float attributes, "generated C" or the library's note).
 _UNARY_REGISTRATION = {
     "Gelu": dict(note="generated C (erf or tanh form)", approximate=one_of("none", "tanh")),
@@ -157,6 +167,7 @@ def _register_unary() -> None:
     for op, attrs in [(op, a.attrs) for op, a in ACTIVATIONS.items()] + [(op, u.attrs) for op, u in UNARY.items()]:
         options: Dict[str, Any] = {name: ANY for name, _ in attrs}
         options["note"] = "library kernel (same-shape)" if op in LIBRARY_UNARY else "generated C"
+        options["dtypes"] = ("float32",) + HALVES
         options.update(_UNARY_REGISTRATION.get(op, {}))
         register([op], **options)(lower_unary)
 
@@ -252,6 +263,9 @@ def lower_typed_nary(L: Lowering, node: Node, ins: List[str], fmod: int = 0) -> 
         expr = A.binary(op, d, expr, "x%d" % k, fmod)
     if node.op == "Mean":
         expr = "(%s * ((%s)1 / (%s)%d))" % (expr, d.compute, d.compute, len(ins))
+    if d.name in HALVES:  # a fused activation (only float types have them): in float, before the one rounding
+        kind, params = activation_of(node)
+        expr = activation(kind, params, expr)
     shapes = [L.value(n).shape for n in ins]
     kernel = elementwise(v.shape, shapes, expr, tag=node.op.lower(), in_dtypes=[d] * len(ins), out_dtype=d, arith=A)
     L.source(kernel, [out] + ins)
