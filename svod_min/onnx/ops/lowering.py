@@ -207,6 +207,7 @@ class Lowering:
     def _outputs_written(self) -> None:
         """Graph outputs nothing wrote (a constant result, an input passed through) are copied in."""
         written = {self.root(n)[0] for names in self.access for n in names[:1]}
+        first = len(self.ops)
         for out in self.graph.outputs:
             if out in written:
                 continue
@@ -215,6 +216,9 @@ class Lowering:
                 src = self.const(v.const, out + "~const")
                 v.const = None
                 self.copy(out, src)
+        # the copies run before every other op: the ops may read views of a constant output (a CastLike of it)
+        self.ops[:] = self.ops[first:] + self.ops[:first]
+        self.access[:] = self.access[first:] + self.access[:first]
 
     def _plan_arena(self, roots: Dict[str, Tuple[str, int]]) -> Tuple[Dict[str, int], int]:
         """Offsets of the arena's roots: first fit over [first use, last use] intervals, in order of first use."""
