@@ -69,7 +69,7 @@ def _float_out(model, rank: int):
 
 def _refused_models():
     """(id, model, what the refusal says) for each model onnxruntime refuses that svod_min built or crashed on."""
-    from onnx import TensorProto, helper
+    from onnx import TensorProto, helper, numpy_helper
 
     f32 = np.float32
     gather = helper.make_node("Gather", ["e", "i"], ["y"], axis=2**40)  # constant data: inference skips the axis
@@ -130,6 +130,18 @@ def _refused_models():
         norm,
         r"'g' \[8\] does not broadcast to the normalized dims \[0\] of input 'x'",
     )
+    pads = {"p": np.array([0, 5, 0, 0, 1, 0], np.int64)}
+    reflect = single_node("Pad", [("x", (2, 3, 4))], consts=pads, mode="reflect")
+    yield "pad-reflect-beyond-the-edge", reflect, r"reflect pads 5 and 1 on axis 1 of 'x' \[2, 3, 4\]"
+    inorm = single_node(
+        "InstanceNormalization", [("x", (2, 3, 4))], consts={"s": np.ones(3, f32), "b": np.zeros((1, 3), f32)}
+    )
+    yield "instancenorm-2d-bias", inorm, r"'b' \[1, 3\] must be 1-D"
+    lstm = _lstm((1, 12, 5), 3)
+    lstm.graph.node[0].input.extend(["", "h0"])
+    lstm.graph.initializer.append(numpy_helper.from_array(np.zeros((1, 3, 3), f32), "h0"))
+    yield "lstm-initial-h-batch", lstm, r"'h0' \[1, 3, 3\] must be \[1, 2, 3\]"
+    yield "lrn-size-0", single_node("LRN", [("x", (1, 3, 4, 4))], size=0), r"attribute size \(required, 1 or more\)"
     split = single_node("Split", [("x", (6,))], ("y", "z"), opset=13, consts={"s": np.array([[2, 4]], np.int64)})
     yield "split-2d-sizes", split, r"split sizes 's' \[1, 2\] must be 1-D"
 

@@ -127,8 +127,8 @@ def _per_channel(graph: Graph, node: Node) -> Optional[str]:
     xs = graph.values[x].shape
     channels = xs[1] if len(xs) > 1 else 1
     for name in node.inputs[1:]:
-        if name and graph.values[name].size != channels:
-            return "%s must hold one value per channel of input %s (%d)" % (
+        if name and (graph.values[name].size != channels or len(graph.values[name].shape) != 1):
+            return "%s must be 1-D, one value per channel of input %s (%d)" % (
                 _show(graph, name),
                 _show(graph, x),
                 channels,
@@ -161,6 +161,10 @@ def _rnn(graph: Graph, node: Node) -> Optional[str]:
     want = {w: (dirs, gates * hidden, features), r: (dirs, gates * hidden, hidden)}
     if b:
         want[b] = (dirs, 2 * gates * hidden)
+    batch = graph.values[x].shape[0 if int(node.attrs.get("layout", 0)) else 1]
+    for state in _inputs(node, 5, 6):  # initial_h, initial_c (LSTM): one row per direction and batch item
+        if state:
+            want[state] = (batch, dirs, hidden) if int(node.attrs.get("layout", 0)) else (dirs, batch, hidden)
     for name, shape in want.items():
         if graph.values[name].shape != shape:
             return "%s must be %s (hidden_size=%d, %d direction(s), input features %d)" % (
@@ -219,6 +223,54 @@ def _layer_norm(graph: Graph, node: Node) -> Optional[str]:
     return None
 
 
+def _pad_amounts(graph: Graph, node: Node, rank: int) -> Optional[List[int]]:
+    """Pad's begin and end amounts per axis (2 * rank values), None when not constant."""
+    if graph.opset < 11:
+        pads = node.attrs.get("pads", node.attrs.get("paddings"))
+        return None if pads is None else [int(p) for p in pads]
+    p, axes = _inputs(node, 1, 3)
+    if not p or graph.values[p].const is None or (axes and graph.values[axes].const is None):
+        return None
+    raw = [int(v) for v in graph.values[p].const.reshape(-1)]
+    picked = [int(a) % rank for a in graph.values[axes].const.reshape(-1)] if axes else list(range(rank))
+    out = [0] * (2 * rank)
+    for i, a in enumerate(picked):
+        if i + len(picked) < len(raw):
+            out[a], out[a + rank] = raw[i], raw[i + len(picked)]
+    return out
+
+
+def _pad(graph: Graph, node: Node) -> Optional[str]:
+    """reflect, edge and wrap read the input's elements: an axis they pad keeps at least one (reflect: more than
+    each pad), as onnxruntime requires."""
+    mode = node.attrs.get("mode", "constant")
+    x = node.inputs[0]
+    xs = graph.values[x].shape
+    pads = _pad_amounts(graph, node, len(xs)) if mode != "constant" and xs else None
+    if pads is None or len(pads) != 2 * len(xs):
+        return None
+    for a, n in enumerate(xs):
+        lo, hi = pads[a], pads[a + len(xs)]
+        extent = n + min(lo, 0) + min(hi, 0)
+        if (lo > 0 or hi > 0) and (extent < 1 or (mode == "reflect" and max(lo, hi) > extent - 1)):
+            return "%s pads %d and %d on axis %d of %s, whose extent is %d after cropping" % (
+                mode,
+                lo,
+                hi,
+                a,
+                _show(graph, x),
+                extent,
+            )
+    return None
+
+
+def _lrn(graph: Graph, node: Node) -> Optional[str]:
+    size = node.attrs.get("size")
+    if not isinstance(size, int) or size < 1:
+        return "attribute size (required, 1 or more) is %r" % (size,)
+    return None
+
+
 #: Ops whose first output is optional (an RNN's Y): their contract holds whichever outputs the node names.
 OPTIONAL_FIRST_OUTPUT = frozenset({"LSTM", "GRU"})
 #: Ops whose axis/axes attributes count the output's dims (the output has more than the input).
@@ -270,6 +322,8 @@ CONTRACTS: Dict[str, Callable[[Graph, Node], Optional[str]]] = {
     "Transpose": _transpose,
     "Slice": _slice,
     "Split": _split,
+    "Pad": _pad,
+    "LRN": _lrn,
     "LayerNormalization": _layer_norm,
     "GRU": _rnn,
 }
