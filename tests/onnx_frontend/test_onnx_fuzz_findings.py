@@ -142,6 +142,7 @@ def _refused_models():
     lstm.graph.initializer.append(numpy_helper.from_array(np.zeros((1, 3, 3), f32), "h0"))
     yield "lstm-initial-h-batch", lstm, r"'h0' \[1, 3, 3\] must be \[1, 2, 3\]"
     yield "lrn-size-0", single_node("LRN", [("x", (1, 3, 4, 4))], size=0), r"attribute size \(required, 1 or more\)"
+    yield "lrn-of-a-vector", single_node("LRN", [("x", (5,))], size=3), r"'x' \[5\] has no channel axis"
     split = single_node("Split", [("x", (6,))], ("y", "z"), opset=13, consts={"s": np.array([[2, 4]], np.int64)})
     yield "split-2d-sizes", split, r"split sizes 's' \[1, 2\] must be 1-D"
 

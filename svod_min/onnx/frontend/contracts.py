@@ -268,6 +268,8 @@ def _lrn(graph: Graph, node: Node) -> Optional[str]:
     size = node.attrs.get("size")
     if not isinstance(size, int) or size < 1:
         return "attribute size (required, 1 or more) is %r" % (size,)
+    if len(graph.values[node.inputs[0]].shape) < 2:  # N x C x ...: the window runs over C
+        return "input %s has no channel axis (LRN takes N x C x ...)" % _show(graph, node.inputs[0])
     return None
 
 
