@@ -83,7 +83,8 @@ class Arith:
             self._helpers[name] = dict(kind=kind, name=name, **fields)
         return name
 
-    def _libm(self, fn: str, compute: str, arity: int) -> str:
+    def libm(self, fn: str, compute: str, arity: int) -> str:
+        """The name of libm's ``fn`` for ``compute`` (float or double), its prototype added to the kernel's."""
         name = fn + LIBM_FLOAT[compute]
         proto = "%s %s(%s)" % (compute, name, ", ".join([compute] * arity))
         if proto not in self.prototypes:
@@ -103,7 +104,7 @@ class Arith:
             if op in ("Max", "Min"):  # NaN-propagating, as onnxruntime's
                 return "svod_%s%s(%s, %s)" % (op.lower(), "" if double else "f", a, b)
             if op == "Mod":
-                return "%s(%s, %s)" % (self._libm("fmod", d.compute, 2), a, b)
+                return "%s(%s, %s)" % (self.libm("fmod", d.compute, 2), a, b)
         elif d.kind in "su":
             if op in _WRAPPING:
                 return "(%s)((%s)%s %s (%s)%s)" % (d.c, d.wrap, a, _WRAPPING[op], d.wrap, b)
@@ -140,7 +141,7 @@ class Arith:
 
     def libm_unary(self, fn: str, d: DT, x: str) -> str:
         """libm's ``fn`` (sin, cos, ...) of ``x`` in float or double."""
-        return "%s(%s)" % (self._libm(fn, d.compute, 1), x)
+        return "%s(%s)" % (self.libm(fn, d.compute, 1), x)
 
     def cast(self, src: DT, dst: DT, x: str) -> str:
         """``x`` (``src``'s compute type) converted to ``dst``'s compute type. To bool: x != 0 (NaN is true). Between

@@ -211,7 +211,11 @@ def _broadcast_check(graph: Graph, node: Node) -> Optional[str]:
     axis=ANY,
     consumed_inputs=ANY,
 )
-@register(["Pow"], "generated C (broadcasting)")
+@register(
+    ["Pow"],
+    "generated C (broadcasting); other than float32 ** float32: pow in double, converted as Cast",
+    dtypes=("float32", "float64", "int32", "int64"),
+)
 @register(
     ["Sum", "Mean"],
     "variadic, broadcasting; library add for a Sum of two equal float32 shapes",
@@ -228,6 +232,9 @@ def lower_nary(L: Lowering, node: Node) -> None:
     out = node.outputs[0]
     v = L.value(out)
     ins = [n for n in node.inputs if n]
+    if node.op == "Pow" and any(L.value(n).dtype != "float32" for n in ins):
+        lower_pow(L, node)
+        return
     if v.dtype != "float32":
         lower_typed_nary(L, node, ins)
         return
@@ -269,6 +276,26 @@ def lower_typed_nary(L: Lowering, node: Node, ins: List[str], fmod: int = 0) -> 
     shapes = [L.value(n).shape for n in ins]
     kernel = elementwise(v.shape, shapes, expr, tag=node.op.lower(), in_dtypes=[d] * len(ins), out_dtype=d, arith=A)
     L.source(kernel, [out] + ins)
+
+
+def lower_pow(L: Lowering, node: Node) -> None:
+    """Pow with a float64 or integer base or exponent: libm's pow in double (as onnxruntime's std::pow), the result
+    converted to the base's dtype as Cast converts (integers truncate; out of range as docs/onnx.md says)."""
+    x, y = node.inputs
+    out = node.outputs[0]
+    dx, dy = DTYPES[L.value(x).dtype], DTYPES[L.value(y).dtype]
+    A = Arith()
+    expr = A.cast(DTYPES["float64"], dx, "%s((double)x0, (double)x1)" % A.libm("pow", "double", 2))
+    kernel = elementwise(
+        L.value(out).shape,
+        [L.value(x).shape, L.value(y).shape],
+        expr,
+        tag="pow",
+        in_dtypes=[dx, dy],
+        out_dtype=dx,
+        arith=A,
+    )
+    L.source(kernel, [out, x, y])
 
 
 def _mod_check(graph: Graph, node: Node) -> Optional[str]:
