@@ -359,3 +359,13 @@ def _within_one_ulp(got: np.ndarray, want: np.ndarray) -> bool:
         np.where(v.view(np.int16) < 0, -(v.view(np.int16) & 0x7FFF), v.view(np.int16)).astype(int) for v in (got, want)
     ]
     return bool(np.all(np.abs(ordered[0] - ordered[1])[~nan] <= 1))
+
+
+def test_float32_pow_with_a_constant_int64_exponent(tmp_path: Any) -> None:
+    """The exponent is read as int64 (the float32 kernel read its bytes as floats: 1.5 ** 2 gave 1)."""
+    model = typed_model(
+        [helper.make_node("Pow", ["x", "e"], ["y"])], [("x", (3,), TP.FLOAT)], ["y"], 15, {"e": np.array([2, 3, 2])}
+    )
+    x = np.array([1.5, 2.0, -3.0], np.float32)
+    got = build_and_load(model, str(tmp_path), "pow")(x=x)["y"]
+    assert np.array_equal(got, np.array([2.25, 8.0, 9.0], np.float32)), got
