@@ -224,10 +224,10 @@ class PlanData:
             if "npy" in e:
                 dt, _shape, payload = self.read_npy_file(as_text(e["npy"], path + ".npy"), path + ".npy")
                 # a bfloat16 buffer's expected values may be stored as its uint16 bits
-                values = unpack_values(buf_dt if holds(dt, buf_dt) else dt, payload)
+                values = _npy_values(buf_dt if holds(dt, buf_dt) else dt, payload)
             else:
                 values = flatten(as_list(e.get("values"), path + ".values"), path + ".values", buf_dt.name == "bool")
-            if buf_dt.name == "bool":  # a bool buffer holds 0 and 1: any nonzero expected value means true
+            if buf_dt.name == "bool" and isinstance(values, list):  # a bool buffer holds 0 and 1: nonzero is true
                 values = [1 if v else 0 for v in values]
             # count: only the leading elements are described (a buffer sized for a variable's maximum)
             count = as_int(e["count"], path + ".count", 1, len(buf)) if "count" in e else len(buf)
@@ -240,8 +240,24 @@ class PlanData:
             rtol_default, atol_default = _TOLERANCE.get(buf_dt.name, (1e-5, 1e-6))
             rtol = as_number(e.get("rtol", rtol_default), path + ".rtol")
             atol = as_number(e.get("atol", atol_default), path + ".atol")
-            out.append(Expectation(name, [_number(v) for v in values], rtol, atol))
+            out.append(
+                Expectation(name, values if not isinstance(values, list) else [_number(v) for v in values], rtol, atol)
+            )
         return out
+
+
+def _npy_values(dt: DType, payload: Any) -> Any:
+    """A ``.npy`` file's values: a numpy array where numpy is installed and has the dtype (millions of expected
+    values stay one array: as Python numbers they take seconds to make and 32 bytes each), else Python numbers."""
+    if dt.numpy_name is not None:
+        try:
+            import numpy as np
+        except ImportError:
+            pass
+        else:
+            values = np.frombuffer(bytes(payload), dtype=np.dtype(dt.numpy_name).newbyteorder("<"))
+            return (values != 0).astype(np.uint8) if dt.name == "bool" else values
+    return unpack_values(dt, payload)
 
 
 #: ``expect``'s default (rtol, atol) by the buffer's dtype: integers and bool compare exactly; float16 and

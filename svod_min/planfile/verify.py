@@ -49,14 +49,31 @@ def _verify_array(got: Any, e: Expectation) -> Tuple[bool, float]:
     import numpy as np
 
     got = got[: len(e.values)]
-
+    if isinstance(e.values, np.ndarray):  # read from a .npy: compared in its own type
+        return _verify_typed(got, e.values[: got.size], e)
     if got.dtype.kind in "iub" and all(type(v) is int or type(v) is bool for v in e.values):
         try:  # in the buffer's own integer type: numpy would infer float64 or object for values past int64
             want = np.array(e.values, dtype=got.dtype)
         except OverflowError:  # a value the buffer's type cannot hold: never equal
             return False, float("inf")
         return _verify_integers(got, want[: got.size], e)
-    want = np.asarray(e.values, dtype=np.float64)[: got.size]
+    return _verify_floats(got, np.asarray(e.values, dtype=np.float64)[: got.size], e)
+
+
+def _verify_typed(got: Any, want: Any, e: Expectation) -> Tuple[bool, float]:
+    """Expected values held as an array (of the buffer's type, or of another one the ``.npy`` gave)."""
+    import numpy as np
+
+    if got.dtype.kind in "iub" and want.dtype.kind in "iub":
+        if want.dtype != got.dtype and not np.can_cast(want.dtype, got.dtype):
+            return _verify_array(got, Expectation(e.buffer, want.tolist(), e.rtol, e.atol))
+        return _verify_integers(got, want.astype(got.dtype), e)
+    return _verify_floats(got, want, e)
+
+
+def _verify_floats(got: Any, want: Any, e: Expectation) -> Tuple[bool, float]:
+    import numpy as np
+
     g = got.astype(np.float64)
     w = want.astype(np.float64)
     equal = (g == w) | (np.isnan(g) & np.isnan(w))
@@ -91,6 +108,8 @@ def _verify_integers(got: Any, want: Any, e: Expectation) -> Tuple[bool, float]:
 
 def _verify_values(buf: Any, e: Expectation) -> Tuple[str, bool, float]:
     """The pure-Python path: :func:`check_expectation` with NaN == NaN at the same position."""
+    if not isinstance(e.values, list):  # an array, for a buffer of a type numpy lacks
+        e = Expectation(e.buffer, [v if type(v) is int else float(v) for v in e.values.tolist()], e.rtol, e.atol)
     nan_at = [i for i, w in enumerate(e.values) if isinstance(w, float) and math.isnan(w)]
     if not nan_at:
         return check_expectation(buf, e)

@@ -32,7 +32,7 @@ def test_nan_outputs_verify_ok(tmp_path, capsys):
     out = _bundle(single_node("Sqrt", [("x", (4, 8))]), tmp_path)
     capsys.readouterr()
     loaded = load_plan(out)
-    assert any(isinstance(v, float) and math.isnan(v) for v in loaded.expectations[0].values)
+    assert any(math.isnan(float(v)) for v in loaded.expectations[0].values)
     assert main(["run", out]) == 0
     assert "verify y: ok" in capsys.readouterr().out
 

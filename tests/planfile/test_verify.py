@@ -67,3 +67,21 @@ def test_a_large_output_with_nans_verifies_in_one_pass():
     values[5] = 0.5
     name, ok, worst = verify.verify_buffer(FakeBuffer(values.tolist(), dtypes.float32), expectation)
     assert not ok and worst == pytest.approx(4.5)
+
+
+@pytest.mark.parametrize(
+    "got, want, dtype, ok",
+    [
+        ([2**62 + 1, 5], np.array([2**62, 5], dtype=np.int64), dtypes.int64, False),
+        ([2**62, 5], np.array([2**62, 5], dtype=np.int64), dtypes.int64, True),
+        ([200, 5], np.array([200, 5], dtype=np.uint8), dtypes.int64, True),  # widened exactly
+        ([-1, 5], np.array([2**64 - 1, 5], dtype=np.uint64), dtypes.int64, False),  # not castable: by value
+        ([1.0, NAN], np.array([1.0, NAN], dtype=np.float32), dtypes.float32, True),
+        ([1.0, 2.0], np.array([1.0, NAN], dtype=np.float32), dtypes.float32, False),
+    ],
+)
+def test_expected_values_read_from_a_npy_stay_an_array(got, want, dtype, ok):
+    """A bundle's expected values come from .npy entries as one array (no Python number per element)."""
+    expectation = Expectation("y", want, 0.0 if dtype.name == "int64" else 1e-5, 0.0 if dtype.name == "int64" else 1e-6)
+    assert verify.verify_buffer(FakeBuffer(got, dtype), expectation)[1] is ok
+    assert verify._verify_values(FakeBuffer(got, dtype), expectation)[1] is ok
