@@ -421,8 +421,36 @@ def read_graph(path: str, dims: Mapping[str, int], shapes: Mapping[str, Sequence
     declared = drop_shape_hints(model)
     _empty_inputs_as_constants(model, inputs)
     model = fold_constants(model, opset)
+    if _pad1_shapes(model):
+        model = infer(model)  # what follows a Pad-1 is inferred from its shape now
     check_declared_outputs(model, declared)
     return to_graph(model, inputs, opset)
+
+
+def _pad1_shapes(model: onnx.ModelProto) -> bool:
+    """The output shapes of Pad-1 nodes, which onnx's shape inference lacks (their pads are the ``paddings``
+    attribute): the input's dims plus the pads at both ends. True when one was set."""
+    shapes = _static_shapes(model)
+    infos = {vi.name: vi for vi in list(model.graph.input) + list(model.graph.value_info)}
+    outputs = {o.name: o for o in model.graph.output}
+    found = False
+    for node in model.graph.node:
+        pads = [list(a.ints) for a in node.attribute if a.name == "paddings"]
+        src = shapes.get(node.input[0]) if node.input else None
+        if node.op_type != "Pad" or not pads or src is None or node.output[0] in shapes:
+            continue
+        rank = len(src)
+        dims = [d + pads[0][i] + pads[0][i + rank] for i, d in enumerate(src)] if len(pads[0]) == 2 * rank else []
+        if len(dims) != rank or min(dims, default=0) < 0 or node.input[0] not in infos:
+            continue  # refused later, naming the node (no static shape)
+        target = outputs.get(node.output[0]) or model.graph.value_info.add()
+        target.name = node.output[0]
+        target.type.tensor_type.elem_type = infos[node.input[0]].type.tensor_type.elem_type
+        target.type.tensor_type.shape.Clear()
+        for d in dims:
+            target.type.tensor_type.shape.dim.add().dim_value = d
+        found = True
+    return found
 
 
 def drop_shape_hints(model: onnx.ModelProto) -> Dict[str, Tuple[int, Optional[List[Optional[int]]]]]:
