@@ -4,6 +4,7 @@ rendered from ``templates/reduce.c.j2``."""
 from __future__ import annotations
 
 from ..ctext import C_TYPES
+from .arith import DTYPES
 from .ckernel import CKernel, make_kernel, render, share
 
 #: The reductions reduce_axis computes (the template's kinds).
@@ -38,7 +39,7 @@ def arg_reduce(outer: int, red: int, inner: int, largest: bool, last: bool, dtyp
         kernel="arg",
         largest=largest,
         last=last,
-        T=C_TYPES[dtype],
+        T=DTYPES[dtype].c,
         per=per,
         items=items,
         red=red,

@@ -80,10 +80,14 @@ def lower_reduce(L: Lowering, node: Node) -> None:
         L.source(reduce_axis(outer, red, inner, REDUCE_C[node.op]), [out, x])
 
 
+#: The data types ArgMax/ArgMin compare in their own C type (float16 and bfloat16 are stored as bits).
+ARG_DATA = ("float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+
+
 @register(
     ["ArgMax", "ArgMin"],
-    "generated C; int64 result",
-    dtypes=("float32", "int64"),
+    "generated C; int64 result; float32, float64 and integer data",
+    dtypes=ARG_DATA,
     axis=ANY,
     keepdims=ANY,
     select_last_index=one_of(0, 1),
@@ -93,5 +97,6 @@ def lower_arg(L: Lowering, node: Node) -> None:
     shape = L.value(x).shape
     axis = normalize_axis(int(node.attrs.get("axis", 0)), len(shape))
     outer, red, inner = int(np.prod(shape[:axis])), shape[axis], int(np.prod(shape[axis + 1 :]))
-    kernel = arg_reduce(outer, red, inner, node.op == "ArgMax", bool(node.attrs.get("select_last_index", 0)))
+    largest, last = node.op == "ArgMax", bool(node.attrs.get("select_last_index", 0))
+    kernel = arg_reduce(outer, red, inner, largest, last, L.value(x).dtype)
     L.source(kernel, [node.outputs[0], x])

@@ -1,0 +1,60 @@
+"""ArgMax/ArgMin compare their data in its own type (the int64 of the op's dtypes is the result's): integers
+above 2^24 and float64 against onnxruntime exactly; float16 data is refused by name (the fuzzer found int64 data
+read as float32)."""
+
+from __future__ import annotations
+
+import pytest
+
+np = pytest.importorskip("numpy")
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+from onnx import TensorProto, helper  # noqa: E402
+from support.onnx_models import host_target, run_ort  # noqa: E402
+
+from svod_min import load_model  # noqa: E402
+from svod_min.error import UnsupportedModelError  # noqa: E402
+from svod_min.onnx import build_onnx  # noqa: E402
+
+
+def _arg_model(dtype):
+    nodes = [
+        helper.make_node("ArgMax", ["x"], ["hi"], axis=1, keepdims=0),
+        helper.make_node("ArgMin", ["x"], ["lo"], axis=-1, select_last_index=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "t",
+        [helper.make_tensor_value_info("x", helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), [3, 5, 4])],
+        [
+            helper.make_tensor_value_info("hi", TensorProto.INT64, [3, 4]),
+            helper.make_tensor_value_info("lo", TensorProto.INT64, [3, 5, 1]),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32", "uint8", "int8", "float64", "float32"])
+def test_arg_reductions_compare_in_the_datas_type(tmp_path, dtype):
+    rng = np.random.default_rng(5)
+    x = rng.integers(0, 6, (3, 5, 4)).astype(dtype)  # ties, for select_last_index
+    if dtype == "int64":
+        x = x * np.array(2**40, dtype=dtype) + np.array(rng.integers(0, 3, x.shape), dtype=dtype)  # equal in float32
+    model = _arg_model(dtype)
+    path, bundle = str(tmp_path / "m.onnx"), str(tmp_path / "m.svod")
+    onnx.save(model, path)
+    build_onnx(path, bundle, targets=[host_target()], expect=False)
+    got = load_model(bundle)(x=x)
+    want = run_ort(model, {"x": x})
+    np.testing.assert_array_equal(got["hi"], want[0])
+    np.testing.assert_array_equal(got["lo"], want[1])
+
+
+def test_float16_data_is_refused_by_name(tmp_path):
+    path = str(tmp_path / "m.onnx")
+    onnx.save(_arg_model("float16"), path)
+    with pytest.raises(UnsupportedModelError, match="ArgMax.*tensor 'x' is float16"):
+        build_onnx(path, str(tmp_path / "m.svod"), targets=[host_target()], expect=False)
