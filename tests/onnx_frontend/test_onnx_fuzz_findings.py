@@ -182,3 +182,14 @@ def _have_ort() -> bool:
     except ImportError:
         return False
     return True
+
+
+def test_a_graph_without_outputs_is_refused_by_name(tmp_path):
+    import onnx
+    from onnx import helper
+
+    model = graph_model([helper.make_node("Relu", ["x"], ["y"])], [("x", (2, 3))], [], 17, {})
+    path = str(tmp_path / "m.onnx")
+    onnx.save(model, path)
+    with pytest.raises(ModelFileError, match="the model's graph has no outputs"):
+        lower_model(path)

@@ -416,6 +416,8 @@ def _check_static(graph: Graph, opset: int) -> None:
 def read_graph(path: str, dims: Mapping[str, int], shapes: Mapping[str, Sequence[int]]) -> Graph:
     """``path`` as an IR graph with the given dims bound and constants folded."""
     model = load_model(path)
+    if not model.graph.output:  # nothing to compute: onnxruntime refuses it too
+        raise ModelFileError("%s: the model's graph has no outputs" % path)
     opset = opset_of(model)
     inputs = bind_inputs(model, dims, shapes)
     declared = drop_shape_hints(model)
