@@ -73,7 +73,7 @@ def lower_graph(graph: Graph, description: str) -> PlanParts:
 def lower_model(
     path: str, dims: Optional[Mapping[str, int]] = None, shapes: Optional[Mapping[str, Sequence[int]]] = None
 ) -> PlanParts:
-    graph = read_graph(path, dims or {}, shapes or {})
+    graph = read_graph(path, dims or {}, shapes or {}, OPS)
     outs = ", ".join("%s %s" % (o, list(graph.values[o].shape)) for o in graph.outputs)
     ins = ", ".join("%s %s" % (i, list(graph.values[i].shape)) for i in graph.inputs)
     return lower_graph(

@@ -20,11 +20,13 @@ from .branch import inline_if
 from .contracts import contract_violation
 from .contrib import rewrite_contrib
 from .fold_size import too_big_to_fold
+from .functions import ROUNDS, expand_functions, set_default_attributes
 from .indices import RULES as INDEX_RULES
 from .indices import Operand, check_indices
 from .inference_error import inference_failure
 from .ir import Graph, Node, Value
 from .quant_fold import dequantize_constant, quantize_constant
+from .table import OpSpec
 
 #: Folded results above this many elements stay nodes (a constant Conv on a 100 MB tensor is not folded).
 FOLD_LIMIT = 1 << 26
@@ -413,8 +415,14 @@ def _check_static(graph: Graph, opset: int) -> None:
                 )
 
 
-def read_graph(path: str, dims: Mapping[str, int], shapes: Mapping[str, Sequence[int]]) -> Graph:
-    """``path`` as an IR graph with the given dims bound and constants folded."""
+def read_graph(
+    path: str,
+    dims: Mapping[str, int],
+    shapes: Mapping[str, Sequence[int]],
+    table: Optional[Mapping[str, OpSpec]] = None,
+) -> Graph:
+    """``path`` as an IR graph with the given dims bound and constants folded; with the op ``table`` the lowering
+    fills, nodes it cannot lower are expanded into their ONNX function bodies first (:mod:`.functions`)."""
     model = load_model(path)
     if not model.graph.output:  # nothing to compute: onnxruntime refuses it too
         raise ModelFileError("%s: the model's graph has no outputs" % path)
@@ -422,7 +430,14 @@ def read_graph(path: str, dims: Mapping[str, int], shapes: Mapping[str, Sequence
     inputs = bind_inputs(model, dims, shapes)
     declared = drop_shape_hints(model)
     _empty_inputs_as_constants(model, inputs)
+    if table is not None:
+        set_default_attributes(model, opset, table)
     model = fold_constants(model, opset)
+    for _ in range(ROUNDS if table is not None else 0):
+        expanded = expand_functions(model, opset, table or {})
+        if expanded is None:
+            break
+        model = fold_constants(expanded, opset)
     if _pad1_shapes(model):
         model = infer(model)  # what follows a Pad-1 is inferred from its shape now
     check_declared_outputs(model, declared)
