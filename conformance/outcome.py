@@ -12,6 +12,10 @@ WRONG, CRASH, SIGNAL, HANG = "wrong", "crash", "signal", "hang"
 FAILURES = (WRONG, CRASH, SIGNAL, HANG)
 #: A test whose graph inputs or outputs are sequences, maps or optionals: svod_min runs tensors only.
 NOT_TENSOR = "not-tensor"
+#: svod_min's outputs differ from the suite's data but equal the installed onnx's reference evaluator, which the data
+#: contradicts too: the data was made by an older onnx whose function body the spec has since corrected (Attention's
+#: softcap and qk_matmul_output between onnx 1.19 and 1.23; onnxruntime follows the current spec as well).
+STALE_DATA = "stale-data"
 
 #: ONNX's own backend runner compares with these defaults.
 RTOL, ATOL = 1e-3, 1e-7
