@@ -20,7 +20,22 @@ from .frontend.layout import block_channels
 from .frontend.parse import read_graph
 from .frontend.passes import run_passes
 from .frontend.table import OPS, check_graph
-from .ops import blocked, cast, conv, conv_transpose, elementwise, matmul, norm, pool, quant, reduce, resize, rnn, shape  # noqa: F401 - they fill the op table
+from .ops import (  # noqa: F401 - they fill the op table
+    blocked,
+    cast,
+    conv,
+    conv_transpose,
+    elementwise,
+    matmul,
+    norm,
+    pool,
+    quant,
+    quant_integer,
+    reduce,
+    resize,
+    rnn,
+    shape,
+)
 from .ops.lowering import Lowering, PlanParts, npy_bytes
 
 #: Tolerance recorded with the expected outputs (onnxruntime's float32 sums run in another order): an element may

@@ -17,6 +17,7 @@ kernel for every target at build time.
 - :mod:`.resize`: Resize's per-axis taps and 2-D nearest.
 - :mod:`.rnn`: LSTM and GRU, one kernel looping over time.
 - :mod:`.quant`: QuantizeLinear and DequantizeLinear per tensor, per axis or blocked.
+- :mod:`.quant_integer`: MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv (int32 sums, float requantization).
 - :mod:`.blocked`, :mod:`.blocked_pool`, :mod:`.blocked_conv`: the blocked channel layout's reorders, pools and
   convolution.
 """

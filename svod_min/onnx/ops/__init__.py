@@ -5,6 +5,7 @@ plan ops through :class:`.lowering.Lowering` (library kernels, generated kernels
 - :mod:`.window`: a Conv's or pool's window from its node (pads, auto_pad, :class:`~..geometry.ConvGeom`).
 - :mod:`.conv`, :mod:`.conv_transpose`, :mod:`.pool`, :mod:`.matmul`, :mod:`.norm`, :mod:`.reduce`,
   :mod:`.elementwise`, :mod:`.cast`, :mod:`.shape` (with Gather), :mod:`.resize`, :mod:`.rnn`, :mod:`.quant`
-  (QuantizeLinear, DequantizeLinear): the ONNX ops by family.
+  (QuantizeLinear, DequantizeLinear), :mod:`.quant_integer` (MatMulInteger, ConvInteger, QLinearMatMul,
+  QLinearConv): the ONNX ops by family.
 - :mod:`.blocked`: the ops of the blocked channel layout that :mod:`..frontend.layout` emits.
 """

@@ -1,0 +1,131 @@
+"""The integer-quantized ops' kernels: MatMulInteger and QLinearMatMul (``templates/qmatmul.c.j2``), ConvInteger and
+QLinearConv (``templates/qconv.c.j2``), with int32 accumulation and, for the QLinear ops, the float requantization
+of ``templates/requant.c.j2``. Simple loop nests: correct first, bit for bit onnxruntime's results."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence, Tuple
+
+from ..geometry import ConvGeom
+from .ckernel import CKernel, make_kernel, render, share
+from .quant import QUANT_TYPES
+
+#: Output columns whose int32 sums one row keeps on the stack while k runs.
+TILE = 256
+
+
+@dataclass(frozen=True)
+class MatMulShape:
+    """One integer matmul: out[batch..., M, N] from a[..., M, K] and b[..., K, N]. ``bd``: the output's batch dims;
+    per batch dim, the element strides of A, B, a's zero point, b's zero point and b's scale (0 where one repeats);
+    ``azm``: a's zero point's stride per row m, ``bzn`` and ``bsn``: b's zero point's and scale's per column n
+    (0: per tensor); ``sizes``: the element counts of a, b, a's zero point, b's zero point and b's scale."""
+
+    m: int
+    k: int
+    n: int
+    bd: Tuple[int, ...]
+    sa: Tuple[int, ...]
+    sb: Tuple[int, ...]
+    saz: Tuple[int, ...]
+    sbz: Tuple[int, ...]
+    sbs: Tuple[int, ...]
+    azm: int
+    bzn: int
+    bsn: int
+    sizes: Tuple[int, int, int, int, int]
+
+
+def _ctype(dtype: str) -> str:
+    return QUANT_TYPES[dtype][0]
+
+
+def int_matmul(s: MatMulShape, a: str, b: str, y: str) -> CKernel:
+    """MatMulInteger (``y`` "int32": the sums) or QLinearMatMul (``y`` int8/uint8: requantized) of ``a`` and
+    ``b`` (int8/uint8 dtypes). Buffers: out, a, b, a's zero point, b's zero point, then for QLinearMatMul a_scale,
+    b_scale, y_scale, y's zero point (float32 scales)."""
+    qlinear = y != "int32"
+    batch = 1
+    for d in s.bd:
+        batch *= d
+    rows = batch * s.m
+    chunks, per = share(rows, s.k * s.n)
+    _, lo, hi = QUANT_TYPES[y]
+    body = render(
+        "qmatmul.c.j2",
+        A=_ctype(a),
+        B=_ctype(b),
+        Y=_ctype(y),
+        qlinear=qlinear,
+        lo=lo,
+        hi=hi,
+        M=s.m,
+        K=s.k,
+        N=s.n,
+        rows=rows,
+        per=per,
+        tile=min(TILE, s.n),
+        bd=list(s.bd),
+        sa=list(s.sa),
+        sb=list(s.sb),
+        saz=list(s.saz),
+        sbz=list(s.sbz),
+        sbs=list(s.sbs),
+        azm=s.azm,
+        bzn=s.bzn,
+        bsn=s.bsn,
+    )
+    extents = [rows * s.n] + list(s.sizes[:4]) + ([1, s.sizes[4], 1, 1] if qlinear else [])
+    return make_kernel("qmatmul" if qlinear else "matmulint", body, extents, chunks, flops=2 * rows * s.n * s.k)
+
+
+def int_conv(g: ConvGeom, x: str, w: str, y: str, wzp_per_channel: bool, wscale_per_channel: bool) -> CKernel:
+    """ConvInteger (``y`` "int32") or QLinearConv (``y`` int8/uint8) over 2-D geometry ``g``. Buffers: out, x, w,
+    x's zero point, w's zero point (one, or one per output channel), then for QLinearConv x_scale, w_scale (one or
+    one per output channel), y_scale, y's zero point and the int32 bias (OC values)."""
+    qlinear = y != "int32"
+    cg, ocg = g.c // g.groups, g.oc // g.groups
+    rows = g.n * g.oc * g.oh
+    chunks, per = share(rows, g.ow * cg * g.kh * g.kw)
+    _, lo, hi = QUANT_TYPES[y]
+    body = render(
+        "qconv.c.j2",
+        X=_ctype(x),
+        W=_ctype(w),
+        Y=_ctype(y),
+        qlinear=qlinear,
+        lo=lo,
+        hi=hi,
+        rows=rows,
+        per=per,
+        cg=cg,
+        ocg=ocg,
+        c=g.c,
+        h=g.h,
+        w=g.w,
+        oc=g.oc,
+        oh=g.oh,
+        ow=g.ow,
+        kh=g.kh,
+        kw=g.kw,
+        sh=g.sh,
+        sw=g.sw,
+        pt=g.pt,
+        pl=g.pl,
+        dh=g.dh,
+        dw=g.dw,
+        wzn=int(wzp_per_channel),
+        wsn=int(wscale_per_channel),
+    )
+    extents: Sequence[int] = [
+        rows * g.ow,
+        g.n * g.c * g.h * g.w,
+        g.oc * cg * g.kh * g.kw,
+        1,
+        g.oc if wzp_per_channel else 1,
+    ]
+    if qlinear:
+        extents = list(extents) + [1, g.oc if wscale_per_channel else 1, 1, 1, g.oc]
+    flops = 2 * rows * g.ow * cg * g.kh * g.kw
+    return make_kernel("qconv" if qlinear else "convint", body, extents, chunks, flops=flops)

@@ -1,0 +1,293 @@
+"""The integer-quantized ops: MatMulInteger and ConvInteger (the ops of models ``quantize_dynamic`` writes, int32
+sums), QLinearMatMul and QLinearConv (``quantize_static``'s QOperator format: int32 sums requantized with a float
+scale). Each runs as one generated kernel of :mod:`..kernels.quant_integer` on the integer tensors themselves.
+
+Zero points and scales are read from buffers, so constants and run-time tensors (as ONNX's node tests feed them)
+alike; a float16 scale is converted to float32 first (exactly). Zero points follow the spec: MatMulInteger's
+a_zero_point per tensor or per row of A (an [M] vector or A's shape with K as 1), b_zero_point per tensor or per
+column of B (an [N] vector or B's shape with K as 1); QLinearMatMul's b_scale and b_zero_point per tensor or per
+column, the others per tensor; the convolutions' w_zero_point (and QLinearConv's w_scale) per tensor or per output
+channel, the others per tensor.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..frontend.ir import Graph, Node
+from ..frontend.table import ANY, register
+from ..geometry import broadcast_strides
+from ..kernels.arith import DTYPES, Arith
+from ..kernels.elementwise import elementwise
+from ..kernels.quant_integer import MatMulShape, int_conv, int_matmul
+from .lowering import Lowering
+from .window import PAD_MODES, geometry
+
+#: The integer dtypes of the quantized operands and results.
+INT8 = ("int8", "uint8")
+#: The scales' dtypes (float16 ones are converted to float32, exactly).
+SCALES = ("float32", "float16")
+DTYPES_TAKEN = INT8 + ("int32",) + SCALES
+
+#: Input positions: (data, scale, zero point) of each operand, and the output's (scale, zero point).
+QLINEAR = {"a": (0, 1, 2), "b": (3, 4, 5), "y": (-1, 6, 7)}
+INTEGER = {"a": (0, -1, 2), "b": (1, -1, 3)}
+Layout = Tuple[Tuple[int, ...], int]  # (strides per output batch dim, stride per row m or column n)
+
+
+def _input(node: Node, i: int) -> str:
+    return node.inputs[i] if 0 <= i < len(node.inputs) else ""
+
+
+def _shape(graph: Graph, name: str) -> Tuple[int, ...]:
+    return tuple(graph.values[name].shape)
+
+
+def _operands(graph: Graph, node: Node) -> Tuple[Tuple[int, ...], Tuple[int, ...], Tuple[int, ...]]:
+    """A as [..., M, K], B as [..., K, N] (a 1-D A is one row, a 1-D B one column) and the output's batch dims."""
+    pos = QLINEAR if node.op == "QLinearMatMul" else INTEGER
+    sa, sb = _shape(graph, node.inputs[pos["a"][0]]), _shape(graph, node.inputs[pos["b"][0]])
+    a2 = sa if len(sa) > 1 else (1,) + sa
+    b2 = sb if len(sb) > 1 else sb + (1,)
+    batch = tuple(np.broadcast_shapes(a2[:-2], b2[:-2]))
+    return a2, b2, batch
+
+
+def _row_layout(zs: Tuple[int, ...], a2: Tuple[int, ...], batch: Tuple[int, ...]) -> Optional[Layout]:
+    """How a's zero point maps onto the rows of A (None: it does not fit): one for all, an [M] vector, or A's shape
+    with K as 1 (its dims 1 or A's)."""
+    m = a2[-2]
+    if int(np.prod(zs)) == 1:
+        return (0,) * len(batch), 0
+    if zs == (m,):
+        return (0,) * len(batch), 1
+    if len(zs) == len(a2) and zs[-1] == 1 and all(z in (1, d) for z, d in zip(zs[:-1], a2[:-1])):
+        strides = broadcast_strides(zs[:-1], batch + (m,))
+        return tuple(strides[:-1]), strides[-1]
+    return None
+
+
+def _column_layout(zs: Tuple[int, ...], b2: Tuple[int, ...], batch: Tuple[int, ...]) -> Optional[Layout]:
+    """How b's zero point (or scale) maps onto the columns of B (None: it does not fit): one for all, an [N] vector,
+    or B's shape with K as 1."""
+    n = b2[-1]
+    if int(np.prod(zs)) == 1:
+        return (0,) * len(batch), 0
+    if zs == (n,):
+        return (0,) * len(batch), 1
+    if len(zs) == len(b2) and zs[-2] == 1 and all(z in (1, d) for z, d in zip(zs[:-2] + zs[-1:], b2[:-2] + b2[-1:])):
+        strides = broadcast_strides(zs[:-2] + zs[-1:], batch + (n,))
+        return tuple(strides[:-1]), strides[-1]
+    return None
+
+
+def _dtype_check(graph: Graph, node: Node, pos: dict) -> Optional[str]:
+    """The integer operands int8/uint8, each zero point of its tensor's dtype, the scales float32 or float16."""
+    for role, (data, scale, zp) in pos.items():
+        name = node.outputs[0] if data < 0 else node.inputs[data]
+        dtype = graph.values[name].dtype
+        if dtype not in INT8:
+            return "%s %r is %s; only int8 and uint8 are supported" % (role, name, dtype)
+        z = _input(node, zp)
+        if z and graph.values[z].dtype != dtype:
+            return "zero point %r is %s, %s %r is %s" % (z, graph.values[z].dtype, role, name, dtype)
+        s = _input(node, scale)
+        if s and graph.values[s].dtype not in SCALES:
+            return "scale %r is %s; only float32 and float16 scales are supported" % (s, graph.values[s].dtype)
+    return None
+
+
+def _per_tensor(graph: Graph, node: Node, positions: Sequence[int]) -> Optional[str]:
+    for i in positions:
+        name = _input(node, i)
+        if name and graph.values[name].size != 1:
+            return "%r has shape %s; only one value (per tensor) is supported" % (name, list(_shape(graph, name)))
+    return None
+
+
+def _matmul_check(graph: Graph, node: Node) -> Optional[str]:
+    qlinear = node.op == "QLinearMatMul"
+    pos = QLINEAR if qlinear else INTEGER
+    if qlinear and len(node.inputs) < 8:
+        return "QLinearMatMul takes 8 inputs"
+    why = _dtype_check(graph, node, pos)
+    if why:
+        return why
+    if min(len(_shape(graph, node.inputs[pos[r][0]])) for r in ("a", "b")) < 1:
+        return "scalar operands"
+    a2, b2, batch = _operands(graph, node)
+    za, zb = _input(node, pos["a"][2]), _input(node, pos["b"][2])
+    if za and _row_layout(_shape(graph, za), a2, batch) is None:
+        return "a_zero_point %r has shape %s: neither one value, [M] nor A's shape with K as 1" % (
+            za,
+            list(_shape(graph, za)),
+        )
+    sb = _input(node, pos["b"][1])
+    for what, name in (("b_zero_point", zb), ("b_scale", sb)):
+        if name and _column_layout(_shape(graph, name), b2, batch) is None:
+            return "%s %r has shape %s: neither one value, [N] nor B's shape with K as 1" % (
+                what,
+                name,
+                list(_shape(graph, name)),
+            )
+    return _per_tensor(graph, node, (1, 2, 6, 7)) if qlinear else None
+
+
+def _zero_point(L: Lowering, node: Node, i: int, dtype: str) -> str:
+    """Input ``i`` (a zero point), or a constant 0 of ``dtype`` where the node leaves it out."""
+    name = _input(node, i)
+    return name if name else L.const(np.zeros((1,), np.dtype(dtype)), node.outputs[0] + "~zero_point")
+
+
+def _float32(L: Lowering, name: str) -> str:
+    """A scale as float32: itself, a constant converted at build, or a run-time float16 one converted (exactly)."""
+    v = L.value(name)
+    if v.dtype == "float32":
+        return name
+    if v.const is not None:
+        return L.const(np.asarray(v.const, np.float32), name + "~f32")
+    out = L.temp(v.shape, "float32", "scale")
+    A = Arith()
+    expr = A.cast(DTYPES[v.dtype], DTYPES["float32"], "x0")
+    L.source(
+        elementwise(
+            v.shape, [v.shape], expr, tag="cast", in_dtypes=[DTYPES[v.dtype]], out_dtype=DTYPES["float32"], arith=A
+        ),
+        [out, name],
+    )
+    return out
+
+
+def lower_int_matmul(L: Lowering, node: Node) -> None:
+    qlinear = node.op == "QLinearMatMul"
+    pos = QLINEAR if qlinear else INTEGER
+    a, b, y = node.inputs[pos["a"][0]], node.inputs[pos["b"][0]], node.outputs[0]
+    adt, bdt, ydt = L.value(a).dtype, L.value(b).dtype, L.value(y).dtype
+    a2, b2, batch = _operands(L.graph, node)
+    za, zb = _zero_point(L, node, pos["a"][2], adt), _zero_point(L, node, pos["b"][2], bdt)
+    arow = _row_layout(_shape(L.graph, za), a2, batch)
+    bcol = _column_layout(_shape(L.graph, zb), b2, batch)
+    assert arow is not None and bcol is not None  # _matmul_check refused the rest
+    scol: Layout = ((0,) * len(batch), 0)
+    scales: list = []
+    if qlinear:
+        scales = [_float32(L, node.inputs[i]) for i in (1, 4, 6)]
+        scol = _column_layout(_shape(L.graph, scales[1]), b2, batch) or scol
+    m, k, n = a2[-2], a2[-1], b2[-1]
+    shape = MatMulShape(
+        m,
+        k,
+        n,
+        batch,
+        tuple(s * m * k for s in broadcast_strides(a2[:-2], batch)),
+        tuple(s * k * n for s in broadcast_strides(b2[:-2], batch)),
+        arow[0],
+        bcol[0],
+        scol[0],
+        arow[1],
+        bcol[1],
+        scol[1],
+        (
+            L.value(a).size,
+            L.value(b).size,
+            L.value(za).size,
+            L.value(zb).size,
+            L.value(scales[1]).size if qlinear else 1,
+        ),
+    )
+    buffers = [y, a, b, za, zb]
+    if qlinear:
+        buffers += [scales[0], scales[1], scales[2], node.inputs[7]]
+    L.source(int_matmul(shape, adt, bdt, ydt), buffers)
+
+
+def _conv_check(graph: Graph, node: Node) -> Optional[str]:
+    qlinear = node.op == "QLinearConv"
+    x = node.inputs[0]
+    w = node.inputs[3 if qlinear else 1]
+    if qlinear and len(node.inputs) < 8:
+        return "QLinearConv takes 8 or 9 inputs"
+    pos = {"x": (0, 1, 2), "w": (3, 4, 5), "y": (-1, 6, 7)} if qlinear else {"x": (0, -1, 2), "w": (1, -1, 3)}
+    why = _dtype_check(graph, node, pos)
+    if why:
+        return why
+    xs, ws = _shape(graph, x), _shape(graph, w)
+    if len(xs) not in (3, 4):
+        return "%d-D windows are not supported (1-D and 2-D)" % (len(xs) - 2)
+    if tuple(node.attrs.get("kernel_shape", ws[2:])) != ws[2:]:
+        return "kernel_shape does not match the weight"
+    group = int(node.attrs.get("group", 1))
+    if group < 1 or xs[1] % group or ws[0] % group or ws[1] * group != xs[1]:
+        return "group %d does not fit %d input channels and a weight of shape %s" % (group, xs[1], list(ws))
+    why = _per_tensor(graph, node, (1, 2, 6, 7) if qlinear else (2,))
+    if why:
+        return why
+    for i in (4, 5) if qlinear else (3,):
+        name = _input(node, i)
+        if name and graph.values[name].size != 1 and _shape(graph, name) != (ws[0],):
+            return "%r has shape %s; only one value or one per output channel (%d) is supported" % (
+                name,
+                list(_shape(graph, name)),
+                ws[0],
+            )
+    bias = _input(node, 8)
+    if bias and (graph.values[bias].dtype != "int32" or _shape(graph, bias) != (ws[0],)):
+        return "bias %r is %s %s; QLinearConv takes int32 [%d]" % (
+            bias,
+            graph.values[bias].dtype,
+            list(_shape(graph, bias)),
+            ws[0],
+        )
+    return None
+
+
+def lower_int_conv(L: Lowering, node: Node) -> None:
+    qlinear = node.op == "QLinearConv"
+    x, w, y = node.inputs[0], node.inputs[3 if qlinear else 1], node.outputs[0]
+    xdt, wdt, ydt = L.value(x).dtype, L.value(w).dtype, L.value(y).dtype
+    ws = L.value(w).shape
+    g = geometry(L, node, ws[2:], ws[0], int(node.attrs.get("group", 1)))
+    xz = _zero_point(L, node, 2, xdt)
+    wz = _zero_point(L, node, 5 if qlinear else 3, wdt)
+    buffers = [y, x, w, xz, wz]
+    wscale_per_channel = False
+    if qlinear:
+        scales = [_float32(L, node.inputs[i]) for i in (1, 4, 6)]
+        bias = _input(node, 8) or L.const(np.zeros((ws[0],), np.int32), y + "~bias")
+        buffers += [scales[0], scales[1], scales[2], node.inputs[7], bias]
+        wscale_per_channel = L.value(scales[1]).size != 1
+    L.source(int_conv(g, xdt, wdt, ydt, L.value(wz).size != 1, wscale_per_channel), buffers)
+
+
+register(
+    ["MatMulInteger"],
+    "generated C, int32 sums; int8/uint8 A and B (batch dims broadcast), a_zero_point per tensor or per row, "
+    "b_zero_point per tensor or per column",
+    check=_matmul_check,
+    dtypes=DTYPES_TAKEN,
+)(lower_int_matmul)
+register(
+    ["QLinearMatMul"],
+    "generated C, int32 sums requantized as onnxruntime (half to even, saturated); int8/uint8; float32 or float16 "
+    "scales; b's scale and zero point per tensor or per column, the others per tensor",
+    check=_matmul_check,
+    dtypes=DTYPES_TAKEN,
+)(lower_int_matmul)
+WINDOW = dict(auto_pad=PAD_MODES, dilations=ANY, group=ANY, kernel_shape=ANY, pads=ANY, strides=ANY)
+register(
+    ["ConvInteger"],
+    "generated C, 1-D and 2-D, int32 sums; int8/uint8 x and w, groups, w_zero_point per tensor or per output channel",
+    check=_conv_check,
+    dtypes=DTYPES_TAKEN,
+    **WINDOW,
+)(lower_int_conv)
+register(
+    ["QLinearConv"],
+    "generated C, 1-D and 2-D, int32 sums plus the int32 bias, requantized as onnxruntime (half to even, "
+    "saturated); int8/uint8; float32 or float16 scales; w's scale and zero point per tensor or per output channel",
+    check=_conv_check,
+    dtypes=DTYPES_TAKEN,
+    **WINDOW,
+)(lower_int_conv)

@@ -1,0 +1,276 @@
+"""The integer-quantized ops against onnxruntime, bit for bit, on seeded random data: MatMulInteger, ConvInteger,
+QLinearMatMul and QLinearConv (zero points, per-column and per-channel scales, groups, pads, strides, dilations,
+saturation, float16 scales); the variants onnxruntime refuses (per-row zero points of A, per-channel ConvInteger
+zero points) against numpy's exact integer sums; models onnxruntime's quantize_dynamic (an MLP and a CNN) and
+quantize_static in QOperator format write; a 3-D ConvInteger refused by name."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import pytest
+
+np = pytest.importorskip("numpy")
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+from onnx import TensorProto, helper  # noqa: E402
+from support import conv_ref  # noqa: E402
+from support.onnx_models import build_and_load, run_ort, typed_model  # noqa: E402
+
+from svod_min.error import UnsupportedModelError  # noqa: E402
+
+ELEM = {"int8": TensorProto.INT8, "uint8": TensorProto.UINT8, "int32": TensorProto.INT32}
+ELEM.update(float32=TensorProto.FLOAT, float16=TensorProto.FLOAT16)
+RNG = np.random.default_rng(404)
+
+
+def _ints(dtype: str, shape: Sequence[int]) -> Any:
+    info = np.iinfo(dtype)
+    return RNG.integers(int(info.min), int(info.max) + 1, list(shape)).astype(dtype)
+
+
+def _model(node: Any, feeds: Dict[str, Any], consts: Dict[str, Any], opset: int = 13) -> Any:
+    inputs = [(n, list(v.shape), ELEM[v.dtype.name]) for n, v in feeds.items()]
+    return typed_model([node], inputs, ["y"], opset, consts)
+
+
+def _svod(model: Any, feeds: Dict[str, Any], tmp_path: Any, name: str = "m") -> Any:
+    return build_and_load(model, str(tmp_path), name).run(feeds)["y"]
+
+
+def _same_as_ort(model: Any, feeds: Dict[str, Any], tmp_path: Any) -> Any:
+    want = run_ort(model, feeds)[0]
+    got = _svod(model, feeds, tmp_path)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+    return got
+
+
+@pytest.mark.parametrize("adt,bdt", [("uint8", "uint8"), ("uint8", "int8"), ("int8", "int8")])
+def test_matmulinteger_batched_zero_points(adt: str, bdt: str, tmp_path: Any) -> None:
+    # N = 300 crosses the kernel's 256-column tile; B's zero point per column of each batch, A's per tensor (as
+    # onnxruntime takes them)
+    a, b = _ints(adt, [2, 3, 5, 40]), _ints(bdt, [3, 40, 300])
+    consts = {"za": _ints(adt, []), "zb": _ints(bdt, [3, 1, 300])}
+    node = helper.make_node("MatMulInteger", ["a", "b", "za", "zb"], ["y"])
+    got = _same_as_ort(_model(node, {"a": a, "b": b}, consts), {"a": a, "b": b}, tmp_path)
+    exact = np.matmul(a.astype(np.int64) - consts["za"], b.astype(np.int64) - consts["zb"])
+    np.testing.assert_array_equal(got, exact)
+
+
+def test_matmulinteger_1d_and_per_column_vector(tmp_path: Any) -> None:
+    a, b, zb = _ints("uint8", [64]), _ints("int8", [64, 7]), _ints("int8", [7])
+    node = helper.make_node("MatMulInteger", ["a", "b", "", "zb"], ["y"])
+    _same_as_ort(_model(node, {"a": a, "b": b}, {"zb": zb}), {"a": a, "b": b}, tmp_path)
+
+
+def test_matmulinteger_per_row_zero_points_as_numpy(tmp_path: Any) -> None:
+    # per-row a_zero_point ([D, M, 1]) and per-column b_zero_point ([D, 1, N]) are the spec's; onnxruntime refuses
+    # the per-row one, so numpy's exact int64 sums are the reference
+    a, b = _ints("int8", [2, 4, 9]), _ints("int8", [2, 9, 6])
+    za, zb = _ints("int8", [2, 4, 1]), _ints("int8", [2, 1, 6])
+    node = helper.make_node("MatMulInteger", ["a", "b", "za", "zb"], ["y"])
+    feeds = {"a": a, "b": b, "za": za, "zb": zb}
+    got = _svod(_model(node, feeds, {}), feeds, tmp_path)
+    np.testing.assert_array_equal(got, np.matmul(a.astype(np.int64) - za, b.astype(np.int64) - zb))
+
+
+def _qlinear_matmul(adt: str, bdt: str, per_column: bool, scale_dtype: str = "float32") -> Tuple[Any, Dict[str, Any]]:
+    n = 12
+    feeds = {
+        "a": _ints(adt, [3, 4, 30]),
+        "a_scale": np.array(0.02, scale_dtype),
+        "a_zp": _ints(adt, []),
+        "b": _ints(bdt, [30, n]),
+        "b_scale": (RNG.uniform(0.005, 0.03, [n]) if per_column else np.array(0.01)).astype(scale_dtype),
+        "b_zp": _ints(bdt, [n] if per_column else []),
+        # a small y_scale: some results saturate, the rest round
+        "y_scale": np.array(0.1 if scale_dtype == "float32" else 0.25, scale_dtype),
+        "y_zp": _ints(adt, []),
+    }
+    node = helper.make_node("QLinearMatMul", list(feeds), ["y"])
+    return _model(node, feeds, {}, 21 if scale_dtype == "float16" else 13), feeds
+
+
+@pytest.mark.parametrize(
+    "adt,bdt,per_column,scale",
+    [("uint8", "uint8", False, "float32"), ("int8", "int8", True, "float32"), ("uint8", "int8", True, "float16")],
+)
+def test_qlinearmatmul_bit_for_bit(adt: str, bdt: str, per_column: bool, scale: str, tmp_path: Any) -> None:
+    model, feeds = _qlinear_matmul(adt, bdt, per_column, scale)
+    got = _same_as_ort(model, feeds, tmp_path)
+    info = np.iinfo(adt)
+    assert ((got == info.min) | (got == info.max)).any() and ((got > info.min) & (got < info.max)).any()
+
+
+def test_qlinearmatmul_ties_round_to_even(tmp_path: Any) -> None:
+    # a_scale * b_scale / y_scale = 2^-3 exactly and small operands: every eighth sum lands on a half, none saturates
+    a, b = RNG.integers(-8, 9, [16, 30]).astype(np.int8), RNG.integers(-8, 9, [30, 16]).astype(np.int8)
+    feeds = {"a": a, "a_scale": np.array(0.5, np.float32), "a_zp": np.array(0, np.int8), "b": b}
+    feeds.update(b_scale=np.array(0.25, np.float32), b_zp=np.array(0, np.int8), y_scale=np.array(1.0, np.float32))
+    feeds["y_zp"] = np.array(3, np.int8)
+    node = helper.make_node("QLinearMatMul", list(feeds), ["y"])
+    got = _same_as_ort(_model(node, feeds, {}), feeds, tmp_path)
+    exact = np.matmul(a.astype(np.int64), b.astype(np.int64))
+    halves = exact % 8 == 4
+    assert halves.sum() > 10
+    np.testing.assert_array_equal(got[halves], np.round(exact[halves] / 8.0) + 3)  # numpy's round: half to even
+
+
+def _conv_feeds(xdt: str, wdt: str, c: int, oc: int, group: int, hw: Sequence[int]) -> Dict[str, Any]:
+    return {"x": _ints(xdt, [2, c] + list(hw)), "w": _ints(wdt, [oc, c // group, 3] + ([3] if len(hw) == 2 else []))}
+
+
+@pytest.mark.parametrize("wdt", ["uint8", "int8"])
+def test_convinteger_pads_strides_dilations_groups(wdt: str, tmp_path: Any) -> None:
+    feeds = _conv_feeds("uint8", wdt, 4, 6, 2, [9, 11])
+    consts = {"xz": _ints("uint8", []), "wz": _ints(wdt, [])}
+    attrs = dict(pads=[1, 2, 0, 1], strides=[2, 1], dilations=[1, 2], group=2)
+    node = helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], **attrs)
+    got = _same_as_ort(_model(node, feeds, consts, 10), feeds, tmp_path)
+    want = conv_ref.conv2d(
+        feeds["x"].astype(np.int64) - consts["xz"],
+        feeds["w"].astype(np.int64) - consts["wz"],
+        (2, 1),
+        [1, 2, 0, 1],
+        (1, 2),
+        2,
+    )
+    np.testing.assert_array_equal(got, want)  # float64 sums of these sizes are exact
+
+
+def test_convinteger_per_channel_zero_point_as_numpy(tmp_path: Any) -> None:
+    # the spec's per-output-channel w_zero_point, which onnxruntime refuses: numpy's exact sums are the reference
+    feeds = _conv_feeds("uint8", "uint8", 3, 5, 1, [7, 6])
+    consts = {"xz": _ints("uint8", []), "wz": _ints("uint8", [5])}
+    node = helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], auto_pad="SAME_UPPER")
+    got = _svod(_model(node, feeds, consts, 10), feeds, tmp_path)
+    w = feeds["w"].astype(np.int64) - consts["wz"][:, None, None, None]
+    want = conv_ref.conv2d(feeds["x"].astype(np.int64) - consts["xz"], w, pads=[1, 1, 1, 1])
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(
+    "xdt,wdt,per_channel,hw,bias",
+    [
+        ("uint8", "uint8", False, [8, 9], True),
+        ("int8", "int8", True, [8, 9], True),
+        ("uint8", "int8", True, [17], False),
+    ],
+)
+def test_qlinearconv_bit_for_bit(
+    xdt: str, wdt: str, per_channel: bool, hw: List[int], bias: bool, tmp_path: Any
+) -> None:
+    oc, group = 6, 3
+    feeds = _conv_feeds(xdt, wdt, 6, oc, group, hw)
+    x, w = feeds.pop("x"), feeds.pop("w")
+    ins = {
+        "x": x,
+        "x_scale": np.array(0.03, np.float32),
+        "x_zp": _ints(xdt, []),
+        "w": w,
+        "w_scale": RNG.uniform(0.002, 0.02, [oc] if per_channel else []).astype(np.float32),
+        "w_zp": _ints(wdt, [oc]) if per_channel and wdt == "uint8" else np.zeros([oc] if per_channel else [], wdt),
+        "y_scale": np.array(1.0, np.float32),
+        "y_zp": _ints(xdt, []),
+    }
+    if bias:
+        ins["bias"] = RNG.integers(-20000, 20000, [oc]).astype(np.int32)
+    consts = {k: v for k, v in ins.items() if k not in ("x", "x_scale", "y_zp")}  # x_scale, y_zp fed at run time
+    feeds = {k: ins[k] for k in ("x", "x_scale", "y_zp")}
+    pads = [1, 1, 1, 0] if len(hw) == 2 else [2, 1]
+    node = helper.make_node("QLinearConv", list(ins), ["y"], pads=pads, strides=[1, 2][: len(hw)], group=group)
+    got = _same_as_ort(_model(node, feeds, consts, 10), feeds, tmp_path)
+    info = np.iinfo(xdt)
+    assert ((got > info.min) & (got < info.max)).mean() > 0.3  # mostly rounded, not saturated
+
+
+def _mlp() -> Any:
+    rng = np.random.default_rng(5)
+    consts = {
+        "w1": rng.normal(0, 0.3, [16, 32]).astype(np.float32),
+        "b1": rng.normal(0, 0.1, [32]).astype(np.float32),
+        "w2": rng.normal(0, 0.3, [32, 10]).astype(np.float32),
+        "b2": rng.normal(0, 0.1, [10]).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h"]),
+        helper.make_node("Add", ["h", "b1"], ["hb"]),
+        helper.make_node("Relu", ["hb"], ["r"]),
+        helper.make_node("MatMul", ["r", "w2"], ["o"]),
+        helper.make_node("Add", ["o", "b2"], ["y"]),
+    ]
+    return typed_model(nodes, [("x", [4, 16], TensorProto.FLOAT)], ["y"], 13, consts)
+
+
+def _cnn() -> Any:
+    rng = np.random.default_rng(6)
+    consts = {
+        "w1": rng.normal(0, 0.3, [8, 3, 3, 3]).astype(np.float32),
+        "b1": rng.normal(0, 0.1, [8]).astype(np.float32),
+        "w2": rng.normal(0, 0.2, [8, 4, 3, 3]).astype(np.float32),
+        "m": rng.normal(0, 0.2, [8 * 4 * 4, 10]).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], strides=[2, 2], pads=[1, 1, 1, 1], group=2),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("Flatten", ["r2"], ["f"]),
+        helper.make_node("MatMul", ["f", "m"], ["y"]),
+    ]
+    return typed_model(nodes, [("x", [2, 3, 8, 8], TensorProto.FLOAT)], ["y"], 13, consts)
+
+
+@pytest.mark.parametrize("which,ops", [("mlp", {"MatMulInteger"}), ("cnn", {"ConvInteger", "MatMulInteger"})])
+def test_quantize_dynamic_models(which: str, ops: set, tmp_path: Any) -> None:
+    from onnxruntime.quantization import quantize_dynamic
+
+    src, dst = str(tmp_path / "f.onnx"), str(tmp_path / "q.onnx")
+    float_model = _mlp() if which == "mlp" else _cnn()
+    onnx.save(float_model, src)
+    quantize_dynamic(src, dst)
+    model = onnx.load(dst)
+    kinds = {n.op_type for n in model.graph.node}
+    assert ops | {"DynamicQuantizeLinear"} <= kinds, kinds
+    shape = [d.dim_value for d in float_model.graph.input[0].type.tensor_type.shape.dim]
+    x = np.random.default_rng(8).uniform(-1, 1, shape).astype(np.float32)
+    want = run_ort(model, {"x": x})[0]
+    got = _svod(model, {"x": x}, tmp_path, "dyn")
+    # the integer sums and the quantization are exact; onnxruntime fuses the float epilogue (scale product, Cast,
+    # Mul, Add) into one kernel that rounds in another order: float32 rounding apart, no quantum apart
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.max(np.abs(want))))
+
+
+class _Calibration:
+    def __init__(self) -> None:
+        rng = np.random.default_rng(12)
+        self.batches = iter([{"x": rng.uniform(-1, 1, [2, 3, 8, 8]).astype(np.float32)} for _ in range(4)])
+
+    def get_next(self) -> Optional[Dict[str, Any]]:
+        return next(self.batches, None)
+
+
+def test_quantize_static_qoperator_model(tmp_path: Any) -> None:
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+    reader = type("Reader", (_Calibration, CalibrationDataReader), {})()
+    src, dst = str(tmp_path / "f.onnx"), str(tmp_path / "q.onnx")
+    onnx.save(_cnn(), src)
+    quantize_static(src, dst, reader, quant_format=QuantFormat.QOperator, per_channel=True)
+    model = onnx.load(dst)
+    kinds = {n.op_type for n in model.graph.node}
+    assert {"QLinearConv", "QLinearMatMul"} <= kinds, kinds
+    x = np.random.default_rng(9).uniform(-1, 1, [2, 3, 8, 8]).astype(np.float32)
+    want = run_ort(model, {"x": x})[0]
+    got = _svod(model, {"x": x}, tmp_path, "qop")
+    np.testing.assert_array_equal(got, want)
+
+
+def test_3d_convinteger_is_refused_by_name(tmp_path: Any) -> None:
+    feeds = {"x": _ints("uint8", [1, 2, 4, 4, 4])}
+    node = helper.make_node("ConvInteger", ["x", "w"], ["y"])
+    model = _model(node, feeds, {"w": _ints("uint8", [3, 2, 2, 2, 2])}, 10)
+    with pytest.raises(UnsupportedModelError, match=r"ConvInteger.*3-D windows are not supported"):
+        build_and_load(model, str(tmp_path))
