@@ -132,6 +132,10 @@ CASES = [
     ("reduce_mean", "ReduceMean", [("x", (2, 3, 4))], {}, {"axes": [1, 2], "keepdims": 0}),
     ("reduce_max", "ReduceMax", [("x", (2, 3, 4))], {}, {"axes": [0]}),
     ("reduce_min", "ReduceMin", [("x", (2, 3, 4))], {}, {"axes": [2]}),
+    # axes not in one block: permuted to the end, then one reduction
+    ("reduce_mean_split_axes", "ReduceMean", [("x", (2, 3, 4, 5))], {}, {"axes": [0, 2, 3]}),
+    ("reduce_l2_split_axes", "ReduceL2", [("x", (2, 3, 4, 5))], {}, {"axes": [1, 3], "keepdims": 0}),
+    ("reduce_max_split_axes", "ReduceMax", [("x", (3, 4, 5))], {}, {"axes": [0, 2]}),
     (
         "slice",
         "Slice",

@@ -1,16 +1,19 @@
-"""Reductions along contiguous axes: the library's reduce_mean / reduce_sum / reduce_max, generated C for the others and
-for ArgMax / ArgMin."""
+"""Reductions: the library's reduce_mean / reduce_sum / reduce_max, generated C for the others and for ArgMax /
+ArgMin. Axes that are not one contiguous block are first permuted to the end (the kept axes keep their order, so
+the result's elements are in the output's order)."""
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..frontend.ir import Graph, Node, normalize_axis
 from ..frontend.table import ANY, one_of, register
+from ..geometry import contiguous_strides
 from ..kernels.reduce import arg_reduce, reduce_axis
 from .lowering import F32, Lowering
+from .shape import permuted
 
 
 def reduce_axes(graph: Graph, node: Node) -> Optional[List[int]]:
@@ -31,8 +34,6 @@ def _reduce_check(graph: Graph, node: Node) -> Optional[str]:
     axes = reduce_axes(graph, node)
     if axes is None:
         return "axes must be a constant"
-    if axes and axes != list(range(axes[0], axes[-1] + 1)):
-        return "axes %s are not one contiguous block" % axes
     return None
 
 
@@ -51,7 +52,7 @@ REDUCE_C = {
 
 @register(
     sorted(REDUCE_LIB) + sorted(REDUCE_C),
-    "library reduce_mean/sum/max, generated C for the others; axes one contiguous block",
+    "library reduce_mean/sum/max, generated C for the others; axes not in one block permuted to the end first",
     check=_reduce_check,
     axes=ANY,
     keepdims=ANY,
@@ -64,6 +65,8 @@ def lower_reduce(L: Lowering, node: Node) -> None:
     if not axes:
         L.view(out, x)
         return
+    if axes != list(range(axes[0], axes[-1] + 1)):
+        x, shape, axes = _reduced_last(L, x, shape, axes)
     outer, red, inner = (
         int(np.prod(shape[: axes[0]])),
         int(np.prod(shape[axes[0] : axes[-1] + 1])),
@@ -78,6 +81,17 @@ def lower_reduce(L: Lowering, node: Node) -> None:
         )
     else:
         L.source(reduce_axis(outer, red, inner, REDUCE_C[node.op]), [out, x])
+
+
+def _reduced_last(L: Lowering, x: str, shape: Sequence[int], axes: List[int]) -> Tuple[str, List[int], List[int]]:
+    """x permuted so that the reduced axes come last, as (the permuted value, its shape, its reduced axes)."""
+    perm = [a for a in range(len(shape)) if a not in axes] + list(axes)
+    strides = contiguous_strides(shape)
+    moved = [shape[p] for p in perm]
+    tmp = L.temp(moved, L.value(x).dtype, "reduce_perm")
+    permuted(L, tmp, x, moved, [strides[p] for p in perm], 0, "reduce_perm")
+    first = len(shape) - len(axes)
+    return tmp, moved, list(range(first, len(shape)))
 
 
 #: The data types ArgMax/ArgMin compare in their own C type (float16 and bfloat16 are stored as bits).
