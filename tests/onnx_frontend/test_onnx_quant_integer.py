@@ -2,7 +2,8 @@
 QLinearMatMul and QLinearConv (zero points, per-column and per-channel scales, groups, pads, strides, dilations,
 saturation, float16 scales); the variants onnxruntime refuses (per-row zero points of A, per-channel ConvInteger
 zero points) against numpy's exact integer sums; models onnxruntime's quantize_dynamic (an MLP and a CNN) and
-quantize_static in QOperator format write; a 3-D ConvInteger refused by name."""
+quantize_static in QOperator format write, with onnxruntime's com.microsoft QLinear ops; a 3-D ConvInteger refused by
+name."""
 
 from __future__ import annotations
 
@@ -252,20 +253,47 @@ class _Calibration:
         return next(self.batches, None)
 
 
-def test_quantize_static_qoperator_model(tmp_path: Any) -> None:
+def _residual() -> Any:
+    """Conv, Conv, Add (the residual), x * Sigmoid(x), LeakyRelu, GlobalAveragePool, MatMul: quantize_static writes
+    onnxruntime's QLinearAdd, QLinearSigmoid, QLinearMul, QLinearLeakyRelu and QLinearGlobalAveragePool for them."""
+    rng = np.random.default_rng(21)
+    consts = {
+        "w1": rng.normal(0, 0.3, [8, 3, 3, 3]).astype(np.float32),
+        "b1": rng.normal(0, 0.1, [8]).astype(np.float32),
+        "w2": rng.normal(0, 0.2, [8, 8, 3, 3]).astype(np.float32),
+        "m": rng.normal(0, 0.3, [8, 5]).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["c1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["c1", "c2"], ["s"]),
+        helper.make_node("Sigmoid", ["s"], ["g"]),
+        helper.make_node("Mul", ["s", "g"], ["h"]),
+        helper.make_node("LeakyRelu", ["h"], ["l"], alpha=0.1),
+        helper.make_node("GlobalAveragePool", ["l"], ["p"]),
+        helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node("MatMul", ["f", "m"], ["y"]),
+    ]
+    return typed_model(nodes, [("x", [2, 3, 8, 8], TensorProto.FLOAT)], ["y"], 13, consts)
+
+
+@pytest.mark.parametrize("which", ["cnn", "residual"])
+def test_quantize_static_qoperator_model(which: str, tmp_path: Any) -> None:
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
 
     reader = type("Reader", (_Calibration, CalibrationDataReader), {})()
     src, dst = str(tmp_path / "f.onnx"), str(tmp_path / "q.onnx")
-    onnx.save(_cnn(), src)
-    quantize_static(src, dst, reader, quant_format=QuantFormat.QOperator, per_channel=True)
+    onnx.save(_cnn() if which == "cnn" else _residual(), src)
+    quantize_static(src, dst, reader, quant_format=QuantFormat.QOperator, per_channel=which == "cnn")
     model = onnx.load(dst)
     kinds = {n.op_type for n in model.graph.node}
     assert {"QLinearConv", "QLinearMatMul"} <= kinds, kinds
+    if which == "residual":
+        assert {"QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearGlobalAveragePool"} <= kinds, kinds
     x = np.random.default_rng(9).uniform(-1, 1, [2, 3, 8, 8]).astype(np.float32)
     want = run_ort(model, {"x": x})[0]
     got = _svod(model, {"x": x}, tmp_path, "qop")
-    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, want)  # QLinearAdd's fixed point happens to agree here (docs/onnx.md)
 
 
 def test_3d_convinteger_is_refused_by_name(tmp_path: Any) -> None:
@@ -274,3 +302,66 @@ def test_3d_convinteger_is_refused_by_name(tmp_path: Any) -> None:
     model = _model(node, feeds, {"w": _ints("uint8", [3, 2, 2, 2, 2])}, 10)
     with pytest.raises(UnsupportedModelError, match=r"ConvInteger.*3-D windows are not supported"):
         build_and_load(model, str(tmp_path))
+
+
+def _ms_model(node: Any, feeds: Dict[str, Any], consts: Dict[str, Any], out: List[int]) -> Any:
+    x = feeds["x"]
+    graph = helper.make_graph(
+        [node],
+        "t",
+        [helper.make_tensor_value_info(n, ELEM[v.dtype.name], list(v.shape)) for n, v in feeds.items()],
+        [helper.make_tensor_value_info("y", ELEM[x.dtype.name], out)],
+        [onnx.numpy_helper.from_array(v, n) for n, v in consts.items()],
+    )
+    opsets = [helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = 8
+    return model
+
+
+def _scale_zp(dtype: str, prefix: str, scale: float) -> Dict[str, Any]:
+    middle = 128 if dtype == "uint8" else 0  # a zero point near the middle: results spread over the range
+    zp = np.array(middle + RNG.integers(-20, 21), dtype)
+    return {prefix + "_scale": np.array(scale, np.float32), prefix + "_zp": zp}
+
+
+@pytest.mark.parametrize(
+    "op,dtype,attrs",
+    [
+        ("QLinearAdd", "uint8", {}),
+        ("QLinearMul", "int8", {}),
+        ("QLinearSigmoid", "int8", {}),
+        ("QLinearLeakyRelu", "uint8", {"alpha": 0.2}),
+        ("QLinearGlobalAveragePool", "uint8", {"channels_last": 0}),
+        ("QLinearGlobalAveragePool", "int8", {"channels_last": 1}),
+    ],
+)
+def test_contrib_qlinear_ops(op: str, dtype: str, attrs: Dict[str, Any], tmp_path: Any) -> None:
+    # onnxruntime's com.microsoft QLinear ops (quantize_static's QOperator format) as DequantizeLinear, the float op,
+    # QuantizeLinear: equal to onnxruntime's lookup tables and float kernels; its QLinearAdd computes in fixed point
+    # (integer multipliers and a rounding shift) on x86-64, so a result there may lie one quantum away
+    # scales of many significant bits, as calibration gives: their ratios seldom put a result on an exact tie, where
+    # onnxruntime's fixed-point QLinearAdd rounds half away from zero and QuantizeLinear half to even
+    x = _ints(dtype, [2, 6, 5, 7])
+    consts = _scale_zp(dtype, "x", 0.0513)
+    if op in ("QLinearAdd", "QLinearMul"):
+        consts.update(b=_ints(dtype, [6, 1, 7]), **_scale_zp(dtype, "b", 0.0297))
+    consts.update(_scale_zp(dtype, "y", 0.0411 if op != "QLinearMul" else 0.517))
+    if op == "QLinearSigmoid":
+        consts["y_scale"] = np.array(1 / 256, np.float32)
+    ins = list(consts)
+    if op not in ("QLinearAdd", "QLinearMul"):
+        ins = ["x_scale", "x_zp", "y_scale", "y_zp"]
+    node = helper.make_node(op, ["x"] + ins, ["y"], domain="com.microsoft", **attrs)
+    out = [2, 6, 5, 7] if op != "QLinearGlobalAveragePool" else [2, 1, 1, 7] if attrs["channels_last"] else [2, 6, 1, 1]
+    model = _ms_model(node, {"x": x}, consts, out)
+    want = run_ort(model, {"x": x})[0]
+    got = _svod(model, {"x": x}, tmp_path)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    info = np.iinfo(dtype)
+    assert ((got > info.min) & (got < info.max)).mean() > 0.5  # mostly rounded, not saturated
+    if op != "QLinearAdd":
+        np.testing.assert_array_equal(got, want)
+    else:
+        off = np.abs(got.astype(int) - want.astype(int))
+        assert off.max() <= 1 and (off > 0).mean() < 0.02, (off.max(), (off > 0).sum())

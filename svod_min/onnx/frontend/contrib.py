@@ -17,6 +17,10 @@ ReduceMean/Sqrt/Div). Semantics follow onnxruntime's contrib op documentation:
 - ``FusedConv``: Conv, ``+ Z`` when given, then its ``activation`` (Relu, Tanh, Sigmoid, LeakyRelu, Clip,
   HardSigmoid with ``activation_params``).
 - ``BiasAdd``: ``X + bias + skip``.
+- ``QLinearAdd``, ``QLinearMul``, ``QLinearSigmoid``, ``QLinearLeakyRelu``, ``QLinearGlobalAveragePool``
+  (``quantize_static``'s QOperator format): DequantizeLinear of each input, the float op, QuantizeLinear with the
+  output's scale and zero point (a missing zero point is 0 of the input's dtype). onnxruntime computes some of them
+  in fixed point or through a lookup table, so a result may lie one quantum away (docs/onnx.md).
 
 Any other ``com.microsoft`` op is refused by name. Constants take the dtype of the tensor they meet, which a
 lenient shape inference tells; a node whose input's dtype or rank it cannot tell yet waits for the next round
@@ -245,6 +249,59 @@ def _rw_fused_conv(e: _Emit) -> None:
         e.op(act, [y], e.out(0))
 
 
+def _dequantized(e: _Emit, i: int) -> str:
+    """Input ``i`` (quantized; its scale and zero point follow it) as float32."""
+    zp = e.inp(i + 2, required=False)
+    return e.op("DequantizeLinear", [e.inp(i), e.inp(i + 1)] + ([zp] if zp else []))
+
+
+def _quantized(e: _Emit, y: str, i: int) -> None:
+    """``y`` quantized into the node's output with the scale and zero point at inputs ``i``, ``i + 1``; a missing
+    zero point is 0 of input 0's dtype (QuantizeLinear's own default would be uint8)."""
+    if e.opset < 10:
+        raise e.refuse("needs opset 10 or later (QuantizeLinear and DequantizeLinear)")
+    zp = e.inp(i + 1, required=False) or e.const(0, e.inp(0))
+    e.op("QuantizeLinear", [y, e.inp(i), zp], e.out(0))
+
+
+def _qlinear_binary(op: str) -> Callable[[_Emit], None]:
+    def rewrite(e: _Emit) -> None:  # A, A_scale, A_zp, B, B_scale, B_zp, C_scale, C_zp
+        _quantized(e, e.op(op, [_dequantized(e, 0), _dequantized(e, 3)]), 6)
+
+    return rewrite
+
+
+def _qlinear_unary(op: str) -> Callable[[_Emit], None]:
+    def rewrite(e: _Emit) -> None:  # X, X_scale, X_zp, Y_scale, Y_zp
+        attrs = {"alpha": float(e.attrs().get("alpha", 0.01))} if op == "LeakyRelu" else {}
+        _quantized(e, e.op(op, [_dequantized(e, 0)], **attrs), 3)
+
+    return rewrite
+
+
+def _rw_qlinear_global_average_pool(e: _Emit) -> None:
+    """As onnxruntime computes it: the sum over the spatial axes (channels_last: N, spatial..., C) less x_zero_point
+    times their size, times x_scale / (y_scale * size) in float32, quantized with scale 1. The sum runs in float32,
+    exact while it stays below 2^24 (up to 65,793 positions; onnxruntime sums in int32)."""
+    x, rank = e.inp(0), e.ranks[e.inp(0)]
+    axes = list(range(1, rank - 1)) if e.attrs().get("channels_last", 0) else list(range(2, rank))
+    if e.opset < 10:
+        raise e.refuse("needs opset 10 or later (QuantizeLinear)")
+    wide = e.op("Cast", [x], to=onnx.TensorProto.FLOAT)
+    zp = e.inp(2, required=False)
+    if zp:  # each element less the zero point: exact in float32, as the sum is
+        wide = e.op("Sub", [wide, e.op("Cast", [zp], to=onnx.TensorProto.FLOAT)])
+    if e.opset >= 13:
+        total = e.op("ReduceSum", [wide, e.ints(axes)], keepdims=1)
+    else:
+        total = e.op("ReduceSum", [wide], axes=axes, keepdims=1)
+    spatial = e.op("Slice", [e.op("Shape", [x]), e.ints([axes[0]]), e.ints([axes[-1] + 1])])
+    size = e.op("Cast", [e.op("ReduceProd", [spatial], keepdims=0)], to=onnx.TensorProto.FLOAT)
+    scale = e.op("Div", [e.inp(1), e.op("Mul", [e.inp(3), size])])
+    zy = e.inp(4, required=False) or e.const(0, x)
+    e.op("QuantizeLinear", [e.op("Mul", [total, scale]), e.const(1.0, e.inp(1)), zy], e.out(0))
+
+
 #: op -> (rewrite, whether it needs the readers count, which inputs' ranks it needs)
 REWRITES: Dict[str, Tuple[Callable[..., None], bool, Tuple[int, ...]]] = {
     "Gelu": (_rw_gelu, False, ()),
@@ -257,6 +314,11 @@ REWRITES: Dict[str, Tuple[Callable[..., None], bool, Tuple[int, ...]]] = {
     "SimplifiedLayerNormalization": (_rw_simplified_ln, True, (0,)),
     "FusedMatMul": (_rw_fused_matmul, False, (0, 1)),
     "FusedConv": (_rw_fused_conv, False, ()),
+    "QLinearAdd": (_qlinear_binary("Add"), False, ()),
+    "QLinearMul": (_qlinear_binary("Mul"), False, ()),
+    "QLinearSigmoid": (_qlinear_unary("Sigmoid"), False, ()),
+    "QLinearLeakyRelu": (_qlinear_unary("LeakyRelu"), False, ()),
+    "QLinearGlobalAveragePool": (_rw_qlinear_global_average_pool, False, (0,)),
 }
 
 
