@@ -2,8 +2,8 @@
 QLinearMatMul and QLinearConv (zero points, per-column and per-channel scales, groups, pads, strides, dilations,
 saturation, float16 scales); the variants onnxruntime refuses (per-row zero points of A, per-channel ConvInteger
 zero points) against numpy's exact integer sums; models onnxruntime's quantize_dynamic (an MLP and a CNN) and
-quantize_static in QOperator format write, with onnxruntime's com.microsoft QLinear ops; a 3-D ConvInteger refused by
-name."""
+quantize_static in QOperator format write, with onnxruntime's com.microsoft QLinear ops and QGemm (each against
+onnxruntime too); a 3-D ConvInteger refused by name."""
 
 from __future__ import annotations
 
@@ -277,17 +277,41 @@ def _residual() -> Any:
     return typed_model(nodes, [("x", [2, 3, 8, 8], TensorProto.FLOAT)], ["y"], 13, consts)
 
 
-@pytest.mark.parametrize("which", ["cnn", "residual"])
+def _branches() -> Any:
+    """Two Convs concatenated, AveragePool, Gemm (transB), Softmax: QLinearConcat, QLinearAveragePool, QGemm and
+    QLinearSoftmax in QOperator format."""
+    rng = np.random.default_rng(2)
+    consts = {
+        "w1": rng.normal(0, 0.3, [8, 3, 3, 3]).astype(np.float32),
+        "w2": rng.normal(0, 0.3, [4, 3, 1, 1]).astype(np.float32),
+        "g": rng.normal(0, 0.2, [10, 12 * 4 * 4]).astype(np.float32),
+        "gb": rng.normal(0, 0.1, [10]).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["x", "w2"], ["c2"]),
+        helper.make_node("Concat", ["c1", "c2"], ["cc"], axis=1),
+        helper.make_node("AveragePool", ["cc"], ["ap"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Flatten", ["ap"], ["f"]),
+        helper.make_node("Gemm", ["f", "g", "gb"], ["gm"], transB=1),
+        helper.make_node("Softmax", ["gm"], ["y"], axis=1),
+    ]
+    return typed_model(nodes, [("x", [2, 3, 8, 8], TensorProto.FLOAT)], ["y"], 13, consts)
+
+
+@pytest.mark.parametrize("which", ["cnn", "residual", "branches"])
 def test_quantize_static_qoperator_model(which: str, tmp_path: Any) -> None:
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
 
     reader = type("Reader", (_Calibration, CalibrationDataReader), {})()
     src, dst = str(tmp_path / "f.onnx"), str(tmp_path / "q.onnx")
-    onnx.save(_cnn() if which == "cnn" else _residual(), src)
+    onnx.save({"cnn": _cnn, "residual": _residual, "branches": _branches}[which](), src)
     quantize_static(src, dst, reader, quant_format=QuantFormat.QOperator, per_channel=which == "cnn")
     model = onnx.load(dst)
     kinds = {n.op_type for n in model.graph.node}
-    assert {"QLinearConv", "QLinearMatMul"} <= kinds, kinds
+    assert "QLinearConv" in kinds and ("QGemm" if which == "branches" else "QLinearMatMul") in kinds, kinds
+    if which == "branches":
+        assert {"QLinearConcat", "QLinearAveragePool", "QLinearSoftmax"} <= kinds, kinds
     if which == "residual":
         assert {"QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearGlobalAveragePool"} <= kinds, kinds
     x = np.random.default_rng(9).uniform(-1, 1, [2, 3, 8, 8]).astype(np.float32)
@@ -304,13 +328,15 @@ def test_3d_convinteger_is_refused_by_name(tmp_path: Any) -> None:
         build_and_load(model, str(tmp_path))
 
 
-def _ms_model(node: Any, feeds: Dict[str, Any], consts: Dict[str, Any], out: List[int]) -> Any:
-    x = feeds["x"]
+def _ms_model(node: Any, feeds: Dict[str, Any], consts: Dict[str, Any], out: Optional[List[int]]) -> Any:
+    """One com.microsoft node; its output declared with the input's dtype (QGemm without y_zp: float32) and ``out``
+    (None: shape unknown, as onnxruntime alone is told it)."""
+    float_out = node.op_type == "QGemm" and len(node.input) < 9
     graph = helper.make_graph(
         [node],
         "t",
         [helper.make_tensor_value_info(n, ELEM[v.dtype.name], list(v.shape)) for n, v in feeds.items()],
-        [helper.make_tensor_value_info("y", ELEM[x.dtype.name], out)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT if float_out else ELEM[feeds["x"].dtype.name], out)],
         [onnx.numpy_helper.from_array(v, n) for n, v in consts.items()],
     )
     opsets = [helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)]
@@ -365,3 +391,54 @@ def test_contrib_qlinear_ops(op: str, dtype: str, attrs: Dict[str, Any], tmp_pat
     else:
         off = np.abs(got.astype(int) - want.astype(int))
         assert off.max() <= 1 and (off > 0).mean() < 0.02, (off.max(), (off > 0).sum())
+
+
+def _qgemm_case(dtype: str, per_channel: bool, float_out: bool) -> Tuple[Dict[str, Any], List[str], Dict[str, Any]]:
+    n = 9
+    consts = {"a_scale": np.array(0.0213, np.float32), "a_zp": _scale_zp(dtype, "t", 1.0)["t_zp"]}
+    consts["b"] = _ints(dtype, [n, 20])  # transB: [N, K]
+    consts["b_scale"] = RNG.uniform(0.002, 0.02, [n] if per_channel else []).astype(np.float32)
+    consts["b_zp"] = np.zeros([n] if per_channel else [], dtype)
+    consts["c"] = RNG.integers(-3000, 3000, [n]).astype(np.int32)
+    ins = ["x", "a_scale", "a_zp", "b", "b_scale", "b_zp", "c"]
+    if not float_out:
+        consts.update(_scale_zp(dtype, "y", 0.37))
+        ins += ["y_scale", "y_zp"]
+    return consts, ins, {"transA": 1, "transB": 1, "alpha": 0.75}
+
+
+@pytest.mark.parametrize(
+    "op,dtype,attrs",
+    [
+        ("QLinearConcat", "uint8", {"axis": 1}),
+        ("QLinearAveragePool", "int8", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "strides": [2, 2]}),
+        ("QLinearAveragePool", "uint8", {"kernel_shape": [2, 3], "count_include_pad": 1, "pads": [0, 1, 0, 1]}),
+        ("QLinearAveragePool", "uint8", {"kernel_shape": [2, 2], "channels_last": 1}),
+        ("QLinearSoftmax", "uint8", {"axis": -1, "opset": 13}),
+        ("QGemm", "uint8", {"per_channel": False, "float_out": False}),
+        ("QGemm", "int8", {"per_channel": True, "float_out": True}),
+    ],
+)
+def test_contrib_qlinear_ops_more(op: str, dtype: str, attrs: Dict[str, Any], tmp_path: Any) -> None:
+    # QLinearConcat (inputs of other scales requantized), QLinearAveragePool, QLinearSoftmax and QGemm, as
+    # quantize_static's QOperator format writes them for Concat, AveragePool, Softmax and Gemm
+    x = _ints(dtype, [2, 6, 5, 7] if op != "QGemm" else [20, 4])  # QGemm: transA, A is [K, M]
+    if op == "QLinearConcat":
+        consts = {**_scale_zp(dtype, "y", 0.0411), **_scale_zp(dtype, "x", 0.0513)}
+        consts.update(b=_ints(dtype, [2, 3, 5, 7]), **_scale_zp(dtype, "b", 0.0297))
+        ins = ["y_scale", "y_zp", "x", "x_scale", "x_zp", "b", "b_scale", "b_zp"]
+    elif op == "QGemm":
+        consts, ins, gemm = _qgemm_case(dtype, attrs["per_channel"], attrs["float_out"])
+        attrs = gemm
+    else:
+        consts = {
+            **_scale_zp(dtype, "x", 0.0513),
+            **_scale_zp(dtype, "y", 0.0411 if op != "QLinearSoftmax" else 1 / 256),
+        }
+        ins = ["x", "x_scale", "x_zp", "y_scale", "y_zp"]
+    node = helper.make_node(op, ins, ["y"], domain="com.microsoft", **attrs)
+    want = run_ort(_ms_model(node, {"x": x}, consts, None), {"x": x})[0]
+    got = _svod(_ms_model(node, {"x": x}, consts, list(want.shape)), {"x": x}, tmp_path)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+    assert len(np.unique(got)) > 5

@@ -17,10 +17,12 @@ ReduceMean/Sqrt/Div). Semantics follow onnxruntime's contrib op documentation:
 - ``FusedConv``: Conv, ``+ Z`` when given, then its ``activation`` (Relu, Tanh, Sigmoid, LeakyRelu, Clip,
   HardSigmoid with ``activation_params``).
 - ``BiasAdd``: ``X + bias + skip``.
-- ``QLinearAdd``, ``QLinearMul``, ``QLinearSigmoid``, ``QLinearLeakyRelu``, ``QLinearGlobalAveragePool``
-  (``quantize_static``'s QOperator format): DequantizeLinear of each input, the float op, QuantizeLinear with the
-  output's scale and zero point (a missing zero point is 0 of the input's dtype). onnxruntime computes some of them
-  in fixed point or through a lookup table, so a result may lie one quantum away (docs/onnx.md).
+- ``QLinearAdd``, ``QLinearMul``, ``QLinearSigmoid``, ``QLinearLeakyRelu``, ``QLinearSoftmax``, ``QLinearConcat``,
+  ``QLinearAveragePool`` (``quantize_static``'s QOperator format): DequantizeLinear of each input, the float op,
+  QuantizeLinear with the output's scale and zero point (a missing zero point is 0 of the input's dtype);
+  ``QLinearGlobalAveragePool`` and ``QGemm`` (MatMulInteger, + C) as onnxruntime's kernels compute them: the sum
+  times one float32 multiplier, quantized with scale 1. onnxruntime's x86-64 QLinearAdd rounds some exact ties
+  otherwise (docs/onnx.md).
 
 Any other ``com.microsoft`` op is refused by name. Constants take the dtype of the tensor they meet, which a
 lenient shape inference tells; a node whose input's dtype or rank it cannot tell yet waits for the next round
@@ -302,6 +304,69 @@ def _rw_qlinear_global_average_pool(e: _Emit) -> None:
     e.op("QuantizeLinear", [e.op("Mul", [total, scale]), e.const(1.0, e.inp(1)), zy], e.out(0))
 
 
+def _rw_qlinear_concat(e: _Emit) -> None:  # Y_scale, Y_zp, then X, X_scale, X_zp per input
+    parts = [_dequantized(e, i) for i in range(2, len(e.node.input), 3)]
+    if not parts:
+        raise ModelFileError("%s: no inputs to concatenate" % e.label())
+    y = e.op("Concat", parts, axis=int(e.attrs().get("axis", 0)))
+    if e.opset < 10:
+        raise e.refuse("needs opset 10 or later (QuantizeLinear and DequantizeLinear)")
+    e.op("QuantizeLinear", [y, e.inp(0), e.inp(1, required=False) or e.const(0, e.inp(2))], e.out(0))
+
+
+def _rw_qlinear_average_pool(e: _Emit) -> None:  # X, X_scale, X_zp, Y_scale, Y_zp
+    a = e.attrs()
+    pool = {k: v.decode() if isinstance(v, bytes) else v for k, v in a.items() if k != "channels_last"}
+    x = _dequantized(e, 0)
+    rank = e.ranks[e.inp(0)]
+    last = bool(a.get("channels_last", 0))
+    if last:  # N, spatial..., C -> N, C, spatial... and back
+        x = e.op("Transpose", [x], perm=[0, rank - 1] + list(range(1, rank - 1)))
+    y = e.op("AveragePool", [x], **pool)
+    if last:
+        y = e.op("Transpose", [y], perm=[0] + list(range(2, rank)) + [1])
+    _quantized(e, y, 3)
+
+
+def _rw_qlinear_softmax(e: _Emit) -> None:  # X, X_scale, X_zp, Y_scale, Y_zp; axis, opset (whose Softmax)
+    a = e.attrs()
+    rank = e.ranks[e.inp(0)]
+    axis = int(a.get("axis", -1 if int(a.get("opset", 13)) >= 13 else 1))
+    last = axis in (-1, rank - 1)
+    if not last and (int(a.get("opset", 13)) >= 13) != (e.opset >= 13):
+        raise e.refuse("axis %d of a Softmax of opset %s in a model of opset %d" % (axis, a.get("opset"), e.opset))
+    _quantized(e, e.op("Softmax", [_dequantized(e, 0)], axis=axis), 3)
+
+
+def _rw_qgemm(e: _Emit) -> None:
+    """A, a_scale, a_zp, B, b_scale, b_zp, C (int32), y_scale, y_zp: MatMulInteger, + C, times alpha * a_scale *
+    b_scale (/ y_scale) in float32, then quantized with scale 1 when y_zero_point is given (onnxruntime's QGemm:
+    its requantization); a float32 result without it."""
+    a = e.attrs()
+    ta, tb = e.inp(0), e.inp(3)
+    if a.get("transA", 0):
+        ta = e.op("Transpose", [ta], perm=[1, 0])
+    if a.get("transB", 0):
+        tb = e.op("Transpose", [tb], perm=[1, 0])
+    acc = e.op("MatMulInteger", [ta, tb, e.inp(2), e.inp(5)])
+    bias = e.inp(6, required=False)
+    if bias:
+        acc = e.op("Add", [acc, bias])
+    alpha = float(a.get("alpha", 1.0))
+    scale = e.inp(1) if alpha == 1.0 else e.op("Mul", [e.const(alpha, e.inp(1)), e.inp(1)])
+    scale = e.op("Mul", [scale, e.inp(4)])
+    y_scale, y_zp = e.inp(7, required=False), e.inp(8, required=False)
+    if y_scale and not y_zp or y_zp and not y_scale:
+        raise e.refuse("y_scale and y_zero_point come together (a float32 result takes neither)")
+    if y_scale:
+        scale = e.op("Div", [scale, y_scale])
+    value = e.op("Mul", [e.op("Cast", [acc], to=onnx.TensorProto.FLOAT), scale], None if y_zp else e.out(0))
+    if y_zp:
+        if e.opset < 10:
+            raise e.refuse("needs opset 10 or later (QuantizeLinear)")
+        e.op("QuantizeLinear", [value, e.const(1.0, e.inp(1)), y_zp], e.out(0))
+
+
 #: op -> (rewrite, whether it needs the readers count, which inputs' ranks it needs)
 REWRITES: Dict[str, Tuple[Callable[..., None], bool, Tuple[int, ...]]] = {
     "Gelu": (_rw_gelu, False, ()),
@@ -319,6 +384,10 @@ REWRITES: Dict[str, Tuple[Callable[..., None], bool, Tuple[int, ...]]] = {
     "QLinearSigmoid": (_qlinear_unary("Sigmoid"), False, ()),
     "QLinearLeakyRelu": (_qlinear_unary("LeakyRelu"), False, ()),
     "QLinearGlobalAveragePool": (_rw_qlinear_global_average_pool, False, (0,)),
+    "QLinearConcat": (_rw_qlinear_concat, False, ()),
+    "QLinearAveragePool": (_rw_qlinear_average_pool, False, (0,)),
+    "QGemm": (_rw_qgemm, False, ()),
+    "QLinearSoftmax": (_rw_qlinear_softmax, False, (0,)),
 }
 
 
