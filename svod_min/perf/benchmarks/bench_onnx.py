@@ -52,7 +52,7 @@ import tempfile
 import time
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
-from svod_min.perf import openvino_peer
+from svod_min.perf import openvino_peer, zoo
 from svod_min.perf.agreement import disagreement, tolerances
 from svod_min.perf.bench_suite import format_table
 from svod_min.perf.benchmarks.onnx_markdown import markdown
@@ -715,7 +715,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     )
     p.add_argument("--quick", action="store_true", help="fewer timed runs and fresh processes")
     p.add_argument("--threads", default="1,2", help="thread counts, comma-separated (default 1,2)")
-    p.add_argument("--models", default="", help="light model names, comma-separated (default: all nine)")
+    p.add_argument(
+        "--models",
+        default="",
+        help="model names, comma-separated: light models, zoo models and their conversions (NAME.fp16, "
+        "NAME.int8-dynamic), or 'zoo' for every zoo model and conversion (default: the nine light models)",
+    )
     p.add_argument(
         "--runs",
         type=int,
@@ -755,13 +760,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         p.error("--runs must be at least 1")
     sources = light_sources()
     if args.models:
-        wanted = args.models.split(",")
-        unknown = sorted(set(wanted) - {name for name, _ in sources})
+        known = sources + zoo.sources()
+        wanted = [n for w in args.models.split(",") for n in ([k for k, _ in zoo.sources()] if w == "zoo" else [w])]
+        unknown = sorted(set(wanted) - {name for name, _ in known})
         if unknown:
-            p.error(
-                "--models: no light model named %s (known: %s)" % (", ".join(unknown), ", ".join(n for n, _ in sources))
-            )
-        sources = [s for s in sources if s[0] in wanted]
+            p.error("--models: no model named %s (known: %s)" % (", ".join(unknown), ", ".join(n for n, _ in known)))
+        sources = [s for s in known if s[0] in wanted]
     table = rows(
         args.quick,
         tuple(int(t) for t in args.threads.split(",")),
