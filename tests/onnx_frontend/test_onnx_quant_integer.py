@@ -442,3 +442,12 @@ def test_contrib_qlinear_ops_more(op: str, dtype: str, attrs: Dict[str, Any], tm
     assert got.dtype == want.dtype and got.shape == want.shape
     np.testing.assert_array_equal(got, want)
     assert len(np.unique(got)) > 5
+
+
+def test_per_row_a_scale_is_refused_by_name(tmp_path: Any) -> None:
+    # QLinearMatMul's a_scale is per tensor in the spec; a per-row one is refused, naming the input
+    model, feeds = _qlinear_matmul("uint8", "uint8", False)
+    feeds["a_scale"] = np.full([4], 0.02, np.float32)
+    model = _model(helper.make_node("QLinearMatMul", list(feeds), ["y"]), feeds, {})
+    with pytest.raises(UnsupportedModelError, match=r"QLinearMatMul.*'a_scale' has shape \[4\]; only one value"):
+        build_and_load(model, str(tmp_path))
