@@ -224,14 +224,21 @@ def _cnn() -> Any:
     return typed_model(nodes, [("x", [2, 3, 8, 8], TensorProto.FLOAT)], ["y"], 13, consts)
 
 
-@pytest.mark.parametrize("which,ops", [("mlp", {"MatMulInteger"}), ("cnn", {"ConvInteger", "MatMulInteger"})])
-def test_quantize_dynamic_models(which: str, ops: set, tmp_path: Any) -> None:
+@pytest.mark.parametrize(
+    "which,ops,options",
+    [
+        ("mlp", {"MatMulInteger"}, {}),
+        ("cnn", {"ConvInteger", "MatMulInteger"}, {}),
+        ("cnn", {"ConvInteger", "MatMulInteger"}, {"per_channel": True, "reduce_range": True}),
+    ],
+)
+def test_quantize_dynamic_models(which: str, ops: set, options: Dict[str, Any], tmp_path: Any) -> None:
     from onnxruntime.quantization import quantize_dynamic
 
     src, dst = str(tmp_path / "f.onnx"), str(tmp_path / "q.onnx")
     float_model = _mlp() if which == "mlp" else _cnn()
     onnx.save(float_model, src)
-    quantize_dynamic(src, dst)
+    quantize_dynamic(src, dst, **options)
     model = onnx.load(dst)
     kinds = {n.op_type for n in model.graph.node}
     assert ops | {"DynamicQuantizeLinear"} <= kinds, kinds
