@@ -15,6 +15,7 @@ import numpy as np
 
 from ..planfile.bundle_build import BuildReport, PlanTuner, build_bundle_from_document
 from ..planfile.memory_budget import build_warning, check_build_values, recording_refusal
+from .frontend.half import compute_halves_in_float, with_halves
 from .frontend.ir import Graph
 from .frontend.layout import block_channels
 from .frontend.parse import read_graph
@@ -65,7 +66,9 @@ class OnnxBuild:
 
 
 def lower_graph(graph: Graph, description: str) -> PlanParts:
-    """Checked IR -> plan document and files (passes included)."""
+    """Checked IR -> plan document and files (passes included); float16/bfloat16 nodes of float32-only ops computed
+    in float32 first (:mod:`.frontend.half`)."""
+    graph = compute_halves_in_float(graph, OPS)
     check_graph(graph)
     check_build_values(
         ((name, v.shape, v.dtype) for name, v in graph.values.items() if v.const is None),
@@ -88,7 +91,7 @@ def lower_graph(graph: Graph, description: str) -> PlanParts:
 def lower_model(
     path: str, dims: Optional[Mapping[str, int]] = None, shapes: Optional[Mapping[str, Sequence[int]]] = None
 ) -> PlanParts:
-    graph = read_graph(path, dims or {}, shapes or {}, OPS)
+    graph = read_graph(path, dims or {}, shapes or {}, with_halves(OPS))  # half nodes: see lower_graph
     outs = ", ".join("%s %s" % (o, list(graph.values[o].shape)) for o in graph.outputs)
     ins = ", ".join("%s %s" % (i, list(graph.values[i].shape)) for i in graph.inputs)
     return lower_graph(

@@ -15,8 +15,6 @@ pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper  # noqa: E402
 from support.onnx_models import build_and_load, run_ort, typed_model  # noqa: E402
 
-from svod_min.error import UnsupportedModelError  # noqa: E402
-
 ELEM = {"int8": TensorProto.INT8, "uint8": TensorProto.UINT8, "int16": TensorProto.INT16}
 ELEM.update(uint16=TensorProto.UINT16, int32=TensorProto.INT32, float32=TensorProto.FLOAT)
 RNG = np.random.default_rng(40)
@@ -173,12 +171,13 @@ def test_run_time_scale_and_zero_point(tmp_path: Any) -> None:
     _same(model, feeds, tmp_path, "rt")
 
 
-def test_float16_scale_is_refused_by_name(tmp_path: Any) -> None:
-    consts = {"s": np.array(0.5, np.float16), "z": np.array(3, np.int8)}
+def test_float16_scale_dequantizes_in_float32(tmp_path: Any) -> None:
+    """A float16 scale: the front end's half pass (frontend/half.py) computes in float32 and rounds the result to
+    float16 once, as onnxruntime does, bit for bit."""
+    consts = {"s": np.array(0.3, np.float16), "z": np.array(3, np.int8)}
     node = helper.make_node("DequantizeLinear", ["x", "s", "z"], ["y"])
-    model = typed_model([node], [("x", [4], TensorProto.INT8)], ["y"], 19, consts)
-    with pytest.raises(UnsupportedModelError, match="DequantizeLinear.*float16"):
-        build_and_load(model, str(tmp_path))
+    model = typed_model([node], [("x", [6], TensorProto.INT8)], ["y"], 19, consts)
+    _same(model, {"x": np.array([-128, -1, 0, 3, 100, 127], np.int8)}, tmp_path, "dq16")
 
 
 def _float_model() -> Any:
