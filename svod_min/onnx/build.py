@@ -22,11 +22,16 @@ from .frontend.parse import read_graph
 from .frontend.passes import run_passes
 from .frontend.table import OPS, check_graph
 from .ops import (  # noqa: F401 - they fill the op table
+    along_axis,
     blocked,
     cast,
+    clip,
     conv,
     conv_transpose,
     elementwise,
+    eye_like,
+    indexed,
+    lp_pool,
     matmul,
     norm,
     pool,

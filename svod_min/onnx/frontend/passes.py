@@ -296,8 +296,10 @@ def fuse_activations(graph: Graph) -> Graph:
 
 
 def _activation_static(graph: Graph, act: Node) -> bool:
-    """Clip's bounds and PRelu's slope must be constants to be compiled in."""
-    return all(graph.is_const(n) for n in act.inputs[1:] if n)
+    """Clip's bounds and PRelu's slope must be constants to be compiled in, and the activation's result float32 or
+    half: the hosts apply a fused activation as float C text (a Clip of integers or float64 runs on its own)."""
+    dtype = graph.values[act.outputs[0]].dtype if act.outputs and act.outputs[0] else ""
+    return dtype in ("float32", "float16", "bfloat16") and all(graph.is_const(n) for n in act.inputs[1:] if n)
 
 
 def activation_params_of(graph: Graph, act: Node) -> Dict[str, float]:

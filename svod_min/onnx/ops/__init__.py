@@ -7,5 +7,8 @@ plan ops through :class:`.lowering.Lowering` (library kernels, generated kernels
   :mod:`.elementwise`, :mod:`.cast`, :mod:`.shape` (with Gather), :mod:`.resize`, :mod:`.rnn`, :mod:`.quant`
   (QuantizeLinear, DequantizeLinear), :mod:`.quant_integer` (MatMulInteger, ConvInteger, QLinearMatMul,
   QLinearConv): the ONNX ops by family.
+- :mod:`.clip` (Clip on every dtype, bounds constant or fed at run time), :mod:`.along_axis` (CumSum, Hardmax,
+  LpNormalization), :mod:`.lp_pool`, :mod:`.eye_like`, :mod:`.indexed` (GatherND, ScatterND, ScatterElements,
+  OneHot; indices from data checked by the kernel).
 - :mod:`.blocked`: the ops of the blocked channel layout that :mod:`..frontend.layout` emits.
 """

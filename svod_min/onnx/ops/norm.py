@@ -1,5 +1,6 @@
-"""Normalisations: BatchNormalization (folded by the passes, else a per-channel affine), LayerNormalization (library),
-Softmax / LogSoftmax, LRN and InstanceNormalization (generated C)."""
+"""Normalisations: BatchNormalization (folded by the passes, else a per-channel affine), LayerNormalization (library;
+generated C where its Mean or InvStdDev output is read), Softmax / LogSoftmax, LRN and InstanceNormalization
+(generated C)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numpy as np
 from ..frontend.ir import Graph, Node, normalize_axis
 from ..frontend.table import ANY, one_of, register
 from ..kernels import norm as norm_kernels
+from ..kernels.layer_norm import layer_norm_stats
 from .lowering import F32, Lowering
 
 
@@ -75,8 +77,6 @@ def lower_softmax(L: Lowering, node: Node) -> None:
 def _layernorm_check(graph: Graph, node: Node) -> Optional[str]:
     shape = graph.values[node.inputs[0]].shape
     axis = normalize_axis(int(node.attrs.get("axis", -1)), len(shape))
-    if any(o for o in node.outputs[1:]):
-        return "the Mean and InvStdDev outputs"
     cols = int(np.prod(shape[axis:]))
     for n in node.inputs[1:]:
         if n and graph.values[n].size != cols:
@@ -86,7 +86,7 @@ def _layernorm_check(graph: Graph, node: Node) -> Optional[str]:
 
 @register(
     ["LayerNormalization"],
-    "library layernorm over the trailing axes",
+    "library layernorm over the trailing axes; generated C where the Mean or InvStdDev output is read",
     check=_layernorm_check,
     axis=ANY,
     epsilon=ANY,
@@ -103,12 +103,16 @@ def lower_layernorm(L: Lowering, node: Node) -> None:
         if len(node.inputs) > 2 and node.inputs[2]
         else L.const(np.zeros(cols, np.float32), node.outputs[0] + "~zero_bias")
     )
-    L.library(
-        "layernorm",
-        F32,
-        [node.outputs[0], x, scale, bias],
-        {"rows": rows, "cols": cols, "eps": float(node.attrs.get("epsilon", 1e-5))},
-    )
+    eps = float(node.attrs.get("epsilon", 1e-5))
+    if any(node.outputs[1:]):  # the statistics: the library's kernel does not write them
+        stats = [
+            node.outputs[i] if len(node.outputs) > i and node.outputs[i] else L.temp([rows], hint="stat")
+            for i in (1, 2)
+        ]
+        kernel = layer_norm_stats(rows, cols, eps)
+        L.source(kernel, [node.outputs[0], x, scale, bias] + stats, outputs=(0, 4, 5))
+        return
+    L.library("layernorm", F32, [node.outputs[0], x, scale, bias], {"rows": rows, "cols": cols, "eps": eps})
 
 
 @register(["InstanceNormalization"], "generated C; statistics per (N, C) plane", epsilon=ANY)

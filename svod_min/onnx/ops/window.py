@@ -40,7 +40,7 @@ def ceil_window_check(graph: Graph, node: Node) -> Optional[str]:
     kernel = list(node.attrs["kernel_shape"])
     strides = list(node.attrs.get("strides", [1] * len(in_hw)))
     dil = list(node.attrs.get("dilations", [1] * len(in_hw)))
-    pads = _pads(node, in_hw, kernel, strides, dil)
+    pads = window_pads(node, in_hw, kernel, strides, dil)
     for axis, (size, out, stride, begin) in enumerate(zip(in_hw, out_hw, strides, pads)):
         if isinstance(out, int) and (out - 1) * stride >= size + begin:
             return (
@@ -51,10 +51,11 @@ def ceil_window_check(graph: Graph, node: Node) -> Optional[str]:
     return None
 
 
-def _pads(
+def window_pads(
     node: Node, in_hw: Sequence[int], kernel: Sequence[int], strides: Sequence[int], dil: Sequence[int]
 ) -> List[int]:
-    """[top, left, bottom, right] (2-D) from pads or auto_pad."""
+    """The begin pads of each spatial axis, then the end pads ([top, left, bottom, right] in 2-D), from pads or
+    auto_pad."""
     rank = len(in_hw)
     mode = node.attrs.get("auto_pad", "NOTSET")
     if mode in ("SAME_UPPER", "SAME_LOWER"):
@@ -78,7 +79,7 @@ def geometry(L: Lowering, node: Node, kernel: Sequence[int], oc: int, groups: in
     rank = len(in_hw)
     strides = list(node.attrs.get("strides", [1] * rank))
     dil = list(node.attrs.get("dilations", [1] * rank))
-    pads = _pads(node, in_hw, kernel, strides, dil)
+    pads = window_pads(node, in_hw, kernel, strides, dil)
     if rank == 1:
         in_hw, out_hw, kernel, strides, dil = [1] + in_hw, [1] + out_hw, [1] + list(kernel), [1] + strides, [1] + dil
         pads = [0, pads[0], 0, pads[1]]
