@@ -202,6 +202,15 @@ def sources(with_conversions: bool = True) -> List[Tuple[str, Callable[[], Any]]
     return out
 
 
+def converted(float_sources: Sequence[Tuple[str, Callable[[], Any]]]) -> List[Tuple[str, Callable[[], Any]]]:
+    """Each of ``float_sources`` (the light CNNs, say) in every conversion this host can make, named ``NAME.SUFFIX``."""
+    return [
+        ("%s.%s" % (name, suffix), lambda make=make, convert=convert: convert(make()))
+        for name, make in float_sources
+        for suffix, convert in conversions()
+    ]
+
+
 def _fixed(model: ZooModel) -> Any:
     import onnx
 

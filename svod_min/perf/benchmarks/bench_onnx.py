@@ -719,7 +719,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         "--models",
         default="",
         help="model names, comma-separated: light models, zoo models and their conversions (NAME.fp16, "
-        "NAME.int8-dynamic), or 'zoo' for every zoo model and conversion (default: the nine light models)",
+        "NAME.int8-dynamic, for the light models too), or 'zoo' for every zoo model and conversion (default: the "
+        "nine light models)",
     )
     p.add_argument(
         "--runs",
@@ -760,7 +761,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         p.error("--runs must be at least 1")
     sources = light_sources()
     if args.models:
-        known = sources + zoo.sources()
+        known = sources + zoo.converted(sources) + zoo.sources()
         wanted = [n for w in args.models.split(",") for n in ([k for k, _ in zoo.sources()] if w == "zoo" else [w])]
         unknown = sorted(set(wanted) - {name for name, _ in known})
         if unknown:
