@@ -322,3 +322,86 @@ def test_cumsum_axis_fed_at_run_time_is_checked(tmp_path):
         text = str(info.value)
         for word in ("(CumSum, 'scan')", "index 3 at position []", "axis 'axis'", "[-3, 2]", "'x' has 3 dims"):
             assert word in text, (word, text)
+
+
+def _guarded_plan(kernel, out_size, inputs, guard=16):
+    """``kernel`` alone in a plan: its output a view between two guard bands of one float32 buffer, its inputs
+    (name -> (dtype, size)) fed, its status buffer last."""
+    from svod_min.planfile.load import load_plan
+    from svod_min.planfile.status import SLOT_WORDS
+
+    buffers = {
+        "mem": {"dtype": "float32", "shape": [out_size + 2 * guard]},
+        "out": {"dtype": "float32", "shape": [out_size], "view_of": "mem", "offset": 4 * guard},
+        "svod.status": {"dtype": "int64", "shape": [kernel.chunks * SLOT_WORDS]},
+        "done": {"dtype": "float32", "shape": [1], "output": True},
+    }
+    for name, (dtype, size) in inputs.items():
+        buffers[name] = {"dtype": dtype, "shape": [size], "input": True}
+    names = ["out"] + list(inputs) + ["svod.status"]
+    doc = {
+        "svod_plan": 1,
+        "buffers": buffers,
+        "kernels": {
+            kernel.name: {
+                "source": kernel.source,
+                "buffers": len(names),
+                "outputs": [0, len(names) - 1],
+                "vars": ["core_id"],
+                "global_size": [kernel.chunks, 1, 1],
+                "extents": {str(i): e for i, e in enumerate(kernel.extents)},
+            }
+        },
+        "ops": [{"kernel": kernel.name, "buffers": names}, {"copy": {"dst": "done", "src": "done"}}],
+        "checks": {
+            "buffer": "svod.status",
+            "records": [{"offset": 0, "slots": kernel.chunks, "node": "k", "what": "idx", "shape": [9], "why": "-"}],
+        },
+    }
+    return load_plan(doc)
+
+
+@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize("op", ["GatherND", "ScatterND", "ScatterElements"])
+def test_a_bad_index_writes_nothing_past_the_output_nor_its_own_element(op, native):
+    """Each index-taking kernel on a plan of its own, a bad index among good ones: the guard bands around the output
+    stay as they were, the bad index's slice or element is left alone, the good ones are done."""
+    from svod_min.onnx.kernels.indexed import gather_nd, scatter_elements, scatter_nd
+
+    guard = 16
+    x = np.arange(24, dtype=np.float32).reshape(4, 6) + 1
+    u = -np.arange(1, 4, dtype=np.float32)
+    if op == "GatherND":  # rows x[idx], one component per tuple
+        k, idx, out_size = gather_nd(1, 3, [4], 6, 24, "float32", True), np.array([2, 7, -1]), 18
+        inputs = {"x": ("float32", 24), "idx": ("int64", 3)}
+        feeds = {"x": x.reshape(-1), "idx": idx}
+        start = np.full(out_size, -7.0, np.float32)
+        want = start.reshape(3, 6).copy()
+        want[0], want[2] = x[2], x[3]
+    elif op == "ScatterND":  # elements x[i, j] = u
+        k, out_size = scatter_nd(3, [4, 6], 1, "none", "float32", True), 24
+        idx = np.array([[1, 2], [0, 6], [-1, -1]])
+        inputs = {"idx": ("int64", 6), "u": ("float32", 3)}
+        feeds, start = {"idx": idx.reshape(-1), "u": u}, x.reshape(-1)
+        want = x.copy()
+        want[1, 2], want[3, 5] = u[0], u[2]
+    else:  # along axis 1 of a [1, 6] row
+        k, out_size = scatter_elements([1, 6], [1, 3], 1, "add", "long long", "float32", True), 6
+        idx = np.array([[5, -7, 0]])
+        inputs = {"idx": ("int64", 3), "u": ("float32", 3)}
+        feeds, start = {"idx": idx.reshape(-1), "u": u}, x[0]
+        want = x[:1].copy()
+        want[0, 5] += u[0]
+        want[0, 0] += u[2]
+    loaded = _guarded_plan(k, out_size, inputs, guard)
+    assert loaded.plan.set_native_replay(native) == native
+    loaded.buffers["mem"].copyin(
+        np.concatenate([np.full(guard, -9.0), start, np.full(guard, -9.0)]).astype(np.float32).tobytes()
+    )
+    for name, value in feeds.items():
+        loaded.set_input(name, inputs[name][0], (value.size,), np.ascontiguousarray(value, inputs[name][0]).tobytes())
+    with pytest.raises(IndexOutOfRangeError):
+        loaded.plan.execute()
+    mem = np.frombuffer(loaded.buffers["mem"].copyout(), np.float32)
+    assert (mem[:guard] == -9).all() and (mem[-guard:] == -9).all(), "a guard band was written"
+    np.testing.assert_array_equal(mem[guard:-guard], want.reshape(-1))
