@@ -75,15 +75,16 @@ def test_hardmax_and_lp_normalization(tmp_path):
         helper.make_node("Hardmax", ["x"], ["h0"], axis=0),
         helper.make_node("Hardmax", ["x"], ["h1"], axis=1),
         helper.make_node("Hardmax", ["x"], ["h2"]),
-        helper.make_node("Hardmax", ["t"], ["ht"]),  # ties: the first largest wins
+        helper.make_node("Hardmax", ["t"], ["ht"]),
         helper.make_node("LpNormalization", ["x"], ["l1"], axis=1, p=1),
         helper.make_node("LpNormalization", ["x"], ["l2"]),
         helper.make_node("LpNormalization", ["x"], ["l20"], axis=0, p=2),
         helper.make_node("LpNormalization", ["d"], ["ld"], axis=1, p=2),
     ]
-    inputs = [("x", (3, 4, 5), F), ("t", (2, 3), F), ("d", (2, 6), D)]
+    inputs = [("x", (3, 4, 5), F), ("t", (4, 3), F), ("d", (2, 6), D)]
     feeds = _feeds(inputs)
-    feeds["t"] = np.array([[1, 3, 3], [0, 0, 0]], np.float32)
+    # ties: the first largest wins; a NaN never wins, and a line that starts with one is all 0 (onnxruntime)
+    feeds["t"] = np.array([[1, 3, 3], [0, 0, 0], [1, np.nan, 2], [np.nan, 5, 1]], np.float32)
     feeds["x"][1, :, 2] = 0  # a zero norm along axis 1
     _check(tmp_path, nodes, inputs, ["h0", "h1", "h2", "ht", "l1", "l2", "l20", "ld"], opset=13, feeds=feeds)
 
@@ -221,8 +222,12 @@ def test_gather_nd_scatter_nd_scatter_elements_with_constant_indices(tmp_path):
         "k_se0": np.array([[[2, -1]], [[0, 2]]], np.int32),
         "u_se0": rng.standard_normal((2, 1, 2)).astype(np.float32),
     }
+    # max and min as onnxruntime compares: a NaN update wins, an update replaces a NaN element
+    consts["u_se"][0, 0, 0] = consts["u_se0"][1, 0, 1] = np.nan
+    feeds = _feeds(inputs)
+    feeds["x"][0, 3, 0] = feeds["x"][2, 0, 1] = np.nan
     outputs = ["g", "g_rows", "g_batch", "g_int", "s_nd", "s_nd_add", "s_nd_mul", "s_el", "s_el_max", "s_el_min"]
-    _check(tmp_path, nodes, inputs, outputs + ["s_el_add"], opset=18, consts=consts, exact=True)
+    _check(tmp_path, nodes, inputs, outputs + ["s_el_add"], opset=18, consts=consts, feeds=feeds, exact=True)
 
 
 # -- indices from data: checked by the kernel at run (docs/onnx.md, "Indices") ------------------------------------

@@ -69,8 +69,8 @@ def split_sizes(shape: Sequence[int], axis: int) -> Tuple[int, int, int]:
 
 
 def hardmax(outer: int, n: int, inner: int, dtype: str) -> CKernel:
-    """Hardmax: 1 at the first index of each line's largest element (a NaN never wins but as the first element, as
-    onnxruntime's ``<`` comparisons decide), 0 elsewhere."""
+    """Hardmax: 1 at the first index of each line's largest element, 0 elsewhere; a NaN never wins, and a line that
+    starts with one is all 0 (onnxruntime's rule: its running max stays NaN and no element equals it)."""
     d = DTYPES[dtype]
     items = outer * inner
     chunks, per = share(items, n)

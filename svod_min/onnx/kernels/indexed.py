@@ -5,7 +5,7 @@ Indices from data are checked in the kernel (``checked``) through prelude's ``in
 (docs/onnx.md, "Indices"): a bad one is recorded in the status buffer, the kernel's last pointer, and its work is
 skipped, so nothing is read or written through it; constant indices were checked and wrapped at build. A scatter
 without a reduction moves elements as the unsigned integer of their size (:func:`.copy.move_type`: any dtype, bits
-kept); a reduction computes in the dtype (:mod:`.arith`: integers wrap, float max/min propagate NaN). The
+kept); a reduction computes in the dtype (:mod:`.arith`: integers wrap; max and min compare as onnxruntime does). The
 scatters update the output in place after the data was copied into it, and keep ONNX's order where two updates hit
 one element: each call owns whole lines the updates of one line never leave (ScatterElements), or the same columns
 of every update slice (ScatterND)."""
@@ -21,8 +21,24 @@ from .arith import DTYPES, Arith
 from .ckernel import CKernel, make_kernel, render, share
 from .copy import move_type
 
-#: The reductions of ScatterND and ScatterElements, as :class:`.arith.Arith` ops ("none": the update replaces).
-REDUCTIONS = {"none": "", "add": "Add", "mul": "Mul", "max": "Max", "min": "Min"}
+#: The reductions of ScatterND and ScatterElements: add and mul as :class:`.arith.Arith` ops (integers wrap), max
+#: and min as onnxruntime's comparisons of the element ``a`` with the update ``b`` (a NaN update wins, and an update
+#: replaces a NaN element); "none": the update replaces.
+REDUCTIONS = {
+    "none": "",
+    "add": "Add",
+    "mul": "Mul",
+    "max": "({a} > {b} ? {a} : {b})",
+    "min": "({a} < {b} ? {a} : {b})",
+}
+
+
+def _reduce(reduction: str, dtype: str, a: str, b: str, arith: Arith) -> str:
+    """The C expression that folds update ``b`` into element ``a`` (``b`` alone for "none")."""
+    if reduction == "none":
+        return b
+    op = REDUCTIONS[reduction]
+    return op.format(a=a, b=b) if "{" in op else arith.binary(op, DTYPES[dtype], a, b)
 
 
 def _status(extents: list, checked: bool, chunks: int) -> list:
@@ -72,7 +88,7 @@ def scatter_nd(tuples: int, dims: Sequence[int], slice_size: int, reduction: str
     A = Arith()
     d = DTYPES[dtype]
     T = move_type(dtype) if reduction == "none" else d.c
-    expr = A.binary(REDUCTIONS[reduction], d, "o[c]", "u[c]") if reduction != "none" else "u[c]"
+    expr = _reduce(reduction, dtype, "o[c]", "u[c]", A)
     body = render(
         "scatter_nd.c.j2",
         T=T,
@@ -119,7 +135,7 @@ def scatter_elements(
     A = Arith()
     d = DTYPES[dtype]
     T = move_type(dtype) if reduction == "none" else d.c
-    expr = A.binary(REDUCTIONS[reduction], d, "out[at]", "upd[e]") if reduction != "none" else "upd[e]"
+    expr = _reduce(reduction, dtype, "out[at]", "upd[e]", A)
     body = render(
         "scatter_elements.c.j2",
         T=T,
