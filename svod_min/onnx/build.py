@@ -33,6 +33,7 @@ from .ops import (  # noqa: F401 - they fill the op table
     indexed,
     lp_pool,
     matmul,
+    matrix,
     norm,
     pool,
     quant,
