@@ -65,6 +65,8 @@ def drop_inference_noops(graph: Graph) -> Graph:
             node.op in ("Identity", "Dropout")
             and graph.values[node.inputs[0]].const is None
             and node.inputs[0] not in graph.inputs
+            # Both ends graph outputs: renaming the producer would leave the input's output unwritten.
+            and not (node.inputs[0] in graph.outputs and node.outputs[0] in graph.outputs)
         ):
             _replace_output(graph, node.outputs[0], node.inputs[0])
             continue
