@@ -364,3 +364,13 @@ def test_pad_opset1_paddings_attribute(tmp_path):
     x = _w(3, 4)
     got = build_and_load(model, str(tmp_path)).run({"x": x})["y"]
     np.testing.assert_array_equal(got, np.pad(x, [(1, 2), (0, 3)], mode="edge"))
+
+
+def test_dropout_mask_is_all_true_at_inference(tmp_path):
+    # the Dropout reads a computed value (the pass that drops inference no-ops must keep it: its mask is read)
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Dropout", ["r"], ["y", "mask"]),
+    ]
+    model = typed_model(nodes, [("x", (3, 5), TensorProto.FLOAT)], ["y", "mask"], 13, {})
+    _compare(model, tmp_path)

@@ -63,6 +63,7 @@ def drop_inference_noops(graph: Graph) -> Graph:
     for node in graph.nodes:
         if (
             node.op in ("Identity", "Dropout")
+            and not (len(node.outputs) > 1 and node.outputs[1])  # a Dropout whose mask is read stays
             and graph.values[node.inputs[0]].const is None
             and node.inputs[0] not in graph.inputs
             # Both ends graph outputs: renaming the producer would leave the input's output unwritten.

@@ -40,25 +40,30 @@ def _itemsize(L: Lowering, name: str) -> int:
     shape=ANY,
 )
 @register(["Identity"], "a view, any dtype", dtypes=MOVABLE)
+def lower_view(L: Lowering, node: Node) -> None:
+    L.view(node.outputs[0], node.inputs[0])
+
+
 @register(
     ["Dropout"],
-    "inference: a view, any dtype; the mask output is not supported",
+    "inference: a view, any dtype; the mask output all true",
     dtypes=MOVABLE,
     ratio=ANY,
     seed=ANY,
     is_test=ANY,
     check=lambda g, n: (
-        "the mask output"
-        if len(n.outputs) > 1 and n.outputs[1]
-        else (
-            "training_mode must be a constant false"
-            if len(n.inputs) > 2 and n.inputs[2] and not (g.is_const(n.inputs[2]) and not g.const(n.inputs[2]).any())
-            else None
-        )
+        "training_mode must be a constant false"
+        if len(n.inputs) > 2 and n.inputs[2] and not (g.is_const(n.inputs[2]) and not g.const(n.inputs[2]).any())
+        else None
     ),
 )
-def lower_view(L: Lowering, node: Node) -> None:
+def lower_dropout(L: Lowering, node: Node) -> None:
+    """Inference keeps every element: the output is the input, and the mask (opset 7 on: bool) is all true."""
     L.view(node.outputs[0], node.inputs[0])
+    mask = node.outputs[1] if len(node.outputs) > 1 else ""
+    if mask:
+        v = L.value(mask)
+        L.copy(mask, L.const(np.ones(v.shape, dtype=v.dtype), mask + "~kept"))
 
 
 if "Cast" not in OPS:  # ops/cast.py lowers every Cast where it is present (imported first or later, it wins)
