@@ -33,6 +33,9 @@ def summary(records: List[Dict[str, Any]]) -> List[str]:
             "svod_min passes %d of the %d tests onnxruntime passes (%.1f%%)"
             % (both, len(peer), 100.0 * both / max(1, len(peer)))
         )
+        pinned = sum(1 for r in peer if r[SVOD]["kind"] == PASS and r[SVOD]["detail"].startswith("pinned "))
+        if pinned:  # the build refused them until the inputs whose values decide shapes were pinned (build --pin)
+            lines.append("  of which %d with inputs pinned at build" % pinned)
     bad = [r for r in records if SVOD in r and r[SVOD]["kind"] in FAILURES]
     lines.append("svod_min crashes, hangs, signals and wrong answers: %d" % len(bad))
     lines += ["  %s: %s %s" % (r["test"], r[SVOD]["kind"], r[SVOD]["detail"][:200]) for r in bad]

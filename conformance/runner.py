@@ -5,6 +5,7 @@ from __future__ import annotations
 import faulthandler
 import json
 import os
+import re
 import select
 import signal
 import tempfile
@@ -17,25 +18,47 @@ from .suite import DataSet, NodeTest, read_data_set
 
 
 def run_svod(test: NodeTest, data: DataSet) -> Outcome:
-    """Build the model in-process as ``svod_min build`` does, load the bundle, run it, compare."""
+    """Build the model in-process as ``svod_min build`` does, load the bundle, run it, compare. A build refused with
+    a ``--pin`` suggestion is rebuilt with the named inputs pinned to the test's own values, as a user following the
+    message would; the outcome's detail then says "pinned NAME"."""
     from svod_min.error import EXIT_BAD_INPUT, SvodError
     from svod_min.onnx import build_onnx
     from svod_min.planfile.load import load_model
 
+    pins: Dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="svod-conformance-") as tmp:
         bundle = os.path.join(tmp, "model.svod")
         shapes = {name: list(value.shape) for name, value in data.inputs.items()}
         try:
-            build_onnx(test.model, bundle, shapes=shapes, expect=False)
+            for attempt in range(4):  # each refusal may name further inputs to pin
+                try:
+                    build_onnx(test.model, bundle, shapes=shapes, expect=False, pins=pins)
+                    break
+                except SvodError as exc:
+                    named = [n for n in PIN_SUGGESTION.findall(str(exc)) if n in data.inputs and n not in pins]
+                    if exc.exit_code != EXIT_BAD_INPUT or not named or attempt == 3:
+                        raise
+                    pins.update((n, data.inputs[n]) for n in named)
             if data.not_tensors:
                 return Outcome(NOT_TENSOR, "built, but %s is not a tensor" % ", ".join(data.not_tensors))
             got = load_model(bundle).run(data.inputs)
         except SvodError as exc:
             if exc.exit_code == EXIT_BAD_INPUT:
-                return Outcome(REFUSED, "%s: %s" % (type(exc).__name__, str(exc).splitlines()[0][:300]))
-            return Outcome(CRASH, "exit %d %s: %s" % (exc.exit_code, type(exc).__name__, str(exc)[:300]))
+                return _pinned(Outcome(REFUSED, "%s: %s" % (type(exc).__name__, str(exc).splitlines()[0][:300])), pins)
+            return _pinned(Outcome(CRASH, "exit %d %s: %s" % (exc.exit_code, type(exc).__name__, str(exc)[:300])), pins)
     outcome = compare(got, data.outputs)
-    return against_current_spec(test, data, got, outcome) if outcome.kind == WRONG else outcome
+    return _pinned(against_current_spec(test, data, got, outcome) if outcome.kind == WRONG else outcome, pins)
+
+
+#: The inputs a refusal suggests pinning: ``--pin NAME=...`` (svod_min/onnx/frontend/pins.py).
+PIN_SUGGESTION = re.compile(r"--pin (\S+)=\.\.\.")
+
+
+def _pinned(outcome: Outcome, pins: Dict[str, Any]) -> Outcome:
+    if not pins:
+        return outcome
+    note = "pinned %s" % ", ".join(pins)
+    return Outcome(outcome.kind, "%s; %s" % (note, outcome.detail) if outcome.detail else note)
 
 
 def against_current_spec(test: NodeTest, data: DataSet, got: Dict[str, Any], outcome: Outcome) -> Outcome:

@@ -384,9 +384,10 @@ def _cmd_info(args: argparse.Namespace) -> int:
 def _cmd_build(args: argparse.Namespace) -> int:
     if args.plan is not None and _is_onnx(args.plan):
         return _build_onnx(args)
-    if args.dim or args.shape:
+    if args.dim or args.shape or args.pin:
         raise PlanError(
-            "--dim and --shape bind an ONNX model's dynamic dims; %s is a plan" % (args.plan or "the default plan")
+            "--dim, --shape and --pin bind an ONNX model's dynamic dims and inputs; %s is a plan"
+            % (args.plan or "the default plan")
         )
     from .planfile.bundle_build import build_bundle
 
@@ -468,6 +469,7 @@ def _build_onnx(args: argparse.Namespace) -> int:
 
     dims = _parse_dims(args.dim)
     shapes = _parse_input_shapes(args.shape)
+    pins = _parse_pins(args.pin)
     result = build_onnx(
         args.plan,
         args.output,
@@ -479,6 +481,7 @@ def _build_onnx(args: argparse.Namespace) -> int:
         progress=lambda line: print(line, file=sys.stderr),
         tune=_plan_tuner(args),
         sign=_signer(args.sign),
+        pins=pins,
     )
     _print_build(result.report)
     return EXIT_OK
@@ -510,6 +513,39 @@ def _parse_input_shapes(items: List[str]) -> Dict[str, List[int]]:
         except ValueError:
             raise PlanError("--shape %r: expected INPUT=D0,D1,..." % item) from None
     return out
+
+
+def _parse_pins(items: List[str]) -> Dict[str, Any]:
+    """``--pin axes=0,2`` (a list of numbers: it takes the input's shape) or ``--pin axes=FILE.npy`` (an array of
+    its own shape), repeatable; the name may hold any character but the last '='."""
+    out: Dict[str, Any] = {}
+    for item in items:
+        name, sep, value = item.rpartition("=")
+        if not sep or not name:
+            raise PlanError("--pin %r: expected INPUT=V0,V1,... or INPUT=FILE.npy" % item)
+        if name in out:
+            raise PlanError("--pin %s is given twice" % name)
+        if value.endswith(".npy"):
+            import numpy as np  # an ONNX build has numpy (onnx needs it)
+
+            try:
+                out[name] = np.load(value, allow_pickle=False)
+            except (OSError, ValueError) as exc:
+                raise PlanError("--pin %s=%s: not a readable .npy file (%s)" % (name, value, exc)) from None
+            continue
+        try:
+            out[name] = [_pin_number(v.strip()) for v in value.split(",")] if value.strip() else []
+        except ValueError:
+            raise PlanError("--pin %r: expected INPUT=V0,V1,... (numbers) or INPUT=FILE.npy" % item) from None
+    return out
+
+
+def _pin_number(text: str) -> Any:
+    """An integer where the text is one, else a float (``nan``, ``inf`` and ``1e-3`` included)."""
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
 
 
 def _cmd_zipapp(args: argparse.Namespace) -> int:
@@ -637,6 +673,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="INPUT=D0,D1,...",
         help="ONNX: the whole shape of one input (repeatable)",
+    )
+    build.add_argument(
+        "--pin",
+        action="append",
+        default=[],
+        metavar="INPUT=V0,V1,...|INPUT=FILE.npy",
+        help="ONNX: build for this value of an input whose value decides shapes (Reshape's shape, Reduce axes, "
+        "Slice starts...); runs check that the input is fed this value (repeatable)",
     )
     build.add_argument(
         "--no-expect", action="store_true", help="ONNX: do not record onnxruntime's outputs as expectations"

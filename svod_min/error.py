@@ -32,6 +32,7 @@ returns: 0 ok, 1 verification failed, 2 bad input, 3 device or compile failure.
     ├── CacheError                     3  disk cache misuse (never raised for I/O trouble)
     ├── ConfigError                    2  a bad setting (environment variable, BenchmarkConfig field)
     ├── IndexOutOfRangeError           2  an index outside its op's range (constant: at build; data: at run)
+    ├── PinnedInputError               2  an input fed another value than the one the bundle was built for (--pin)
     ├── SignatureError                 2  a malformed Ed25519 key or signature, or one that does not verify
     ├── PlanError                      2  plan building / plan file problems
     │   ├── VariableBoundsError        2  a variable outside [min, max]
@@ -207,6 +208,14 @@ class IndexOutOfRangeError(SvodError):
     """An index outside the range its op allows (ONNX: ``[-n, n-1]`` where negatives wrap): a constant one refused
     at build, one read from data at run reported by the checking kernel; the message names the node, the index,
     its position and the bound. Nothing was read or written outside a buffer."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class PinnedInputError(SvodError):
+    """A graph input fed a value other than the one the bundle was built for (``build --pin``: the value decides
+    shapes, which a bundle fixes); the message names the input, the first differing position, the fed and the
+    pinned value. No output of that run is returned: the bundle must be rebuilt for other values."""
 
     exit_code = EXIT_BAD_INPUT
 
@@ -478,6 +487,7 @@ __all__ = [
     "CacheError",
     "ConfigError",
     "IndexOutOfRangeError",
+    "PinnedInputError",
     "PlanError",
     "VariableBoundsError",
     "ExecutionError",

@@ -41,6 +41,8 @@ EXPECTED_EXIT_CODES: Dict[str, int] = {
     "SignatureError": 2,
     "BundleSignatureError": 2,
     "IndexOutOfRangeError": 2,
+    "PinnedInputError": 2,
+    "ZooFetchError": 3,
     "PlanError": 2,
     "VariableBoundsError": 2,
     "ExecutionError": 3,

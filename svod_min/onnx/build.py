@@ -20,6 +20,7 @@ from .frontend.ir import Graph
 from .frontend.layout import block_channels
 from .frontend.parse import read_graph
 from .frontend.passes import run_passes
+from .frontend.pins import pinned_values
 from .frontend.table import OPS, check_graph
 from .ops import (  # noqa: F401 - they fill the op table
     along_axis,
@@ -30,6 +31,7 @@ from .ops import (  # noqa: F401 - they fill the op table
     conv_transpose,
     elementwise,
     eye_like,
+    grid_sample,
     indexed,
     lp_pool,
     matmul,
@@ -44,6 +46,7 @@ from .ops import (  # noqa: F401 - they fill the op table
     shape,
 )
 from .ops.lowering import Lowering, PlanParts, npy_bytes
+from .ops.pinned import check_pins
 
 #: Tolerance recorded with the expected outputs (onnxruntime's float32 sums run in another order): an element may
 #: differ by ATOL + RTOL x its value, where ATOL is at least NEAR_ZERO x RTOL x the output's largest |value| (an
@@ -81,7 +84,7 @@ class OnnxBuild:
     expectations: str
 
 
-def lower_graph(graph: Graph, description: str) -> PlanParts:
+def lower_graph(graph: Graph, description: str, pinned: Optional[Mapping[str, np.ndarray]] = None) -> PlanParts:
     """Checked IR -> plan document and files (passes included); float16/bfloat16 nodes of float32-only ops computed
     in float32 first (:mod:`.frontend.half`)."""
     graph = compute_halves_in_float(graph, OPS)
@@ -95,6 +98,7 @@ def lower_graph(graph: Graph, description: str) -> PlanParts:
     lowering = Lowering(graph)
     for node in graph.nodes:
         OPS[node.op].lower(lowering, node)
+    check_pins(lowering, pinned or {})  # inputs pinned at build: fed values compared with the pins at each run
     parts = lowering.finish(description)
     parts.model_nodes = model_nodes
     parts.kernels = {
@@ -105,13 +109,20 @@ def lower_graph(graph: Graph, description: str) -> PlanParts:
 
 
 def lower_model(
-    path: str, dims: Optional[Mapping[str, int]] = None, shapes: Optional[Mapping[str, Sequence[int]]] = None
+    path: str,
+    dims: Optional[Mapping[str, int]] = None,
+    shapes: Optional[Mapping[str, Sequence[int]]] = None,
+    pins: Optional[Mapping[str, Any]] = None,
 ) -> PlanParts:
-    graph = read_graph(path, dims or {}, shapes or {}, with_halves(OPS))  # half nodes: see lower_graph
+    """``pins``: inputs whose values the build takes as known (``build --pin``, :mod:`.frontend.pins`)."""
+    graph = read_graph(path, dims or {}, shapes or {}, with_halves(OPS), pins)  # half nodes: see lower_graph
+    pinned = pinned_values(graph, list(pins or {}))
     outs = ", ".join("%s %s" % (o, list(graph.values[o].shape)) for o in graph.outputs)
     ins = ", ".join("%s %s" % (i, list(graph.values[i].shape)) for i in graph.inputs)
     return lower_graph(
-        graph, "ONNX model %s (opset %d): inputs %s -> outputs %s" % (os.path.basename(path), graph.opset, ins, outs)
+        graph,
+        "ONNX model %s (opset %d): inputs %s -> outputs %s" % (os.path.basename(path), graph.opset, ins, outs),
+        pinned,
     )
 
 
@@ -184,10 +195,12 @@ def build_onnx(
     progress: Callable[[str], None] = lambda line: None,
     tune: Optional[PlanTuner] = None,
     sign: Optional[Callable[[bytes], bytes]] = None,
+    pins: Optional[Mapping[str, Any]] = None,
 ) -> OnnxBuild:
     """Lower, record expectations, tune (``tune``: ``build --tune``'s step, None: the defaults), bundle (signed
-    by ``sign``: ``build --sign KEY``, :func:`svod_min.planfile.signing.signer`)."""
-    parts = lower_model(path, dims, shapes)
+    by ``sign``: ``build --sign KEY``, :func:`svod_min.planfile.signing.signer`); ``pins``: inputs built for one
+    value (``build --pin``), checked at each run."""
+    parts = lower_model(path, dims, shapes, pins)
     progress(
         "lowered %s: %d model nodes, %d plan ops, %d library + %d generated kernels, arena %d bytes, weights %d bytes"
         % (

@@ -32,6 +32,7 @@ from ..compiler.targets import object_target_mismatch
 from ..error import BundleError, PlanError, PlanFileError
 from ..npy import parse_npy_header
 from .schema import parse_plan_bytes
+from .status import pinned_inputs
 
 BUNDLE_FORMAT = 1
 MANIFEST = "manifest.json"
@@ -400,14 +401,20 @@ def describe_bundle(bundle: Bundle) -> List[str]:
 
 def _io_lines(plan: Mapping[str, Any]) -> List[str]:
     """``input NAME: DTYPE [SHAPE]`` and ``output ...`` of the plan's buffers (what ``run --input`` takes and
-    ``--save`` writes; bfloat16 as its uint16 bits, numpy having no bfloat16)."""
+    ``--save`` writes; bfloat16 as its uint16 bits, numpy having no bfloat16; a pinned input's pin)."""
     buffers = plan.get("buffers")
+    pins = pinned_inputs(plan)  # build --pin: the value the input must be fed
     lines = []
     for role in ("input", "output"):
         for name, b in buffers.items() if isinstance(buffers, dict) else ():
             if isinstance(b, dict) and b.get(role) is True:
                 bits = " (.npy: its uint16 bits)" if b.get("dtype") == "bfloat16" else ""
-                lines.append("%s %s: %s %s%s" % (role, name, b.get("dtype"), b.get("shape"), bits))
+                pin = (
+                    "; pinned at build (%s): it must be fed that value" % pins[name]
+                    if role == "input" and name in pins
+                    else ""
+                )
+                lines.append("%s %s: %s %s%s%s" % (role, name, b.get("dtype"), b.get("shape"), bits, pin))
     return lines
 
 

@@ -25,6 +25,7 @@ from .indices import RULES as INDEX_RULES
 from .indices import Operand, check_indices
 from .inference_error import inference_failure
 from .ir import Graph, Node, Value
+from .pins import deciding_inputs, pin_inputs, resolve_pins
 from .quant_fold import dequantize_constant, quantize_constant
 from .table import OpSpec
 
@@ -401,9 +402,16 @@ def _check_static(graph: Graph, opset: int) -> None:
         node.outputs = [n if n in graph.values or n in used else "" for n in node.outputs]
         for name in list(node.inputs) + list(node.outputs):
             if name and name not in graph.values:
+                deciding = deciding_inputs(graph, node, name)
                 raise UnsupportedModelError(
-                    "%s, opset %d: tensor %r has no static shape after shape inference "
-                    "(bind the inputs' dims with --dim/--shape)" % (node.label(), opset, name)
+                    "%s, opset %d: tensor %r has no static shape after shape inference " % (node.label(), opset, name)
+                    + (
+                        "(its shape depends on the value of input %s: build with %s, the values the bundle will be "
+                        'fed; docs/onnx.md, "Inputs that decide shapes")'
+                        % (", ".join(map(repr, deciding)), " ".join("--pin %s=..." % d for d in deciding))
+                        if deciding
+                        else "(bind the inputs' dims with --dim/--shape)"
+                    )
                 )
     for what, names in (("input", graph.inputs), ("output", graph.outputs)):
         for name in names:  # checked here too: a node folded away (an empty result) leaves no node to check them
@@ -420,16 +428,21 @@ def read_graph(
     dims: Mapping[str, int],
     shapes: Mapping[str, Sequence[int]],
     table: Optional[Mapping[str, OpSpec]] = None,
+    pins: Optional[Mapping[str, Any]] = None,
 ) -> Graph:
     """``path`` as an IR graph with the given dims bound and constants folded; with the op ``table`` the lowering
-    fills, nodes it cannot lower are expanded into their ONNX function bodies first (:mod:`.functions`)."""
+    fills, nodes it cannot lower are expanded into their ONNX function bodies first (:mod:`.functions`). ``pins``:
+    inputs whose values the build takes as known (:mod:`.pins`; their constants read back with
+    :func:`.pins.pinned_values`)."""
     model = load_model(path)
     if not model.graph.output:  # nothing to compute: onnxruntime refuses it too
         raise ModelFileError("%s: the model's graph has no outputs" % path)
     opset = opset_of(model)
-    inputs = bind_inputs(model, dims, shapes)
+    pinned = resolve_pins(model, pins or {}, shapes)
+    inputs = bind_inputs(model, dims, dict(shapes, **{n: list(v.shape) for n, v in pinned.items()}))
     declared = drop_shape_hints(model)
     _empty_inputs_as_constants(model, inputs)
+    pin_inputs(model, pinned)
     if table is not None:
         set_default_attributes(model, opset, table)
     model = fold_constants(model, opset)

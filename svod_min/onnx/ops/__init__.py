@@ -12,4 +12,5 @@ plan ops through :class:`.lowering.Lowering` (library kernels, generated kernels
   OneHot; indices from data checked by the kernel).
 - :mod:`.matrix` (Trilu).
 - :mod:`.blocked`: the ops of the blocked channel layout that :mod:`..frontend.layout` emits.
+- :mod:`.pinned`: the run-time checks of inputs pinned at build (``build --pin``).
 """

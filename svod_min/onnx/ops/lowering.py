@@ -64,6 +64,7 @@ class Lowering:
         self.alias: Dict[str, Tuple[str, int]] = {}
         self.counter = 0
         self.checks: List[Dict[str, Any]] = []  # the status buffer's records, one per checking op
+        self.examples: Dict[str, np.ndarray] = {}  # inputs whose example value is given (a pinned input's pin)
 
     # -- values ---------------------------------------------------------------------------------
 
@@ -149,14 +150,19 @@ class Lowering:
             self.kernels[kernel.name]["flops"] = kernel.flops
         self._op({"kernel": kernel.name, "buffers": list(buffers)}, buffers)
 
-    def status_slots(self, node: str, what: str, shape: Sequence[int], why: str, slots: int) -> str:
+    def status_slots(
+        self, node: str, what: str, shape: Sequence[int], why: str, slots: int, kind: str = "index", dtype: str = ""
+    ) -> str:
         """The status buffer's part for one checking op: ``slots`` slots (one per core_id call) and the record that
         names what the op checks (``node``: its label; ``what``: the index input; ``why``: where the bound comes
-        from), as a view the kernel writes."""
+        from; ``kind`` "pinned": a pinned input's check, ``what`` the input, ``dtype`` its dtype), as a view the
+        kernel writes."""
         offset = sum(c["slots"] for c in self.checks) * SLOT_WORDS
-        self.checks.append(
-            {"offset": offset, "slots": slots, "node": node, "what": what, "shape": [int(d) for d in shape], "why": why}
-        )
+        record = {"offset": offset, "slots": slots, "node": node, "what": what, "shape": [int(d) for d in shape]}
+        record["why"] = why
+        if kind != "index":  # "index" is the default: index records read as plans before the field had them
+            record.update(kind=kind, dtype=dtype)
+        self.checks.append(record)
         words = offset + slots * SLOT_WORDS
         self.graph.values[STATUS] = Value(STATUS, (words,), "int64")
         return self.subview(STATUS, 8 * offset, [slots * SLOT_WORDS], "int64")
@@ -255,7 +261,7 @@ class Lowering:
         examples: Dict[str, np.ndarray] = {}
         for i, name in enumerate(g.inputs):
             v = g.values[name]
-            data = _example(rng, v)
+            data = self.examples[name] if name in self.examples else _example(rng, v)
             examples[name] = data
             files["data/input%d.npy" % i] = npy_bytes(data)
             buffers[name] = {
