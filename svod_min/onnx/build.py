@@ -31,6 +31,7 @@ from .ops import (  # noqa: F401 - they fill the op table
     conv_transpose,
     elementwise,
     eye_like,
+    grid_sample,
     indexed,
     lp_pool,
     matmul,

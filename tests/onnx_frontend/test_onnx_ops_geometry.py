@@ -85,3 +85,58 @@ def test_trilu_on_a_dtype_onnxruntime_lacks_equals_numpy(tmp_path):
         got = m.run({"u": u, "k": np.array(k, np.int64)})
         np.testing.assert_array_equal(got["up"], np.triu(u, k))
         np.testing.assert_array_equal(got["low"], np.tril(u, k))
+
+
+def test_grid_sample_every_mode_padding_and_alignment(tmp_path):
+    nodes, outputs = [], []
+    for mode in ("nearest", "linear", "cubic"):
+        for padding in ("zeros", "border", "reflection"):
+            for align in (0, 1):
+                y = "y_%s_%s_%d" % (mode, padding, align)
+                attrs = dict(mode=mode, padding_mode=padding, align_corners=align)
+                nodes.append(helper.make_node("GridSample", ["x", "g"], [y], **attrs))
+                outputs.append(y)
+                if mode != "cubic":  # volumetric: nearest and linear (onnxruntime has no 3-D cubic)
+                    nodes.append(helper.make_node("GridSample", ["v", "gv"], [y + "_3d"], **attrs))
+                    outputs.append(y + "_3d")
+    nodes.append(helper.make_node("GridSample", ["x", "g"], ["defaults"]))
+    inputs = [("x", (2, 3, 5, 7), F), ("g", (2, 4, 6, 2), F), ("v", (1, 2, 3, 4, 5), F), ("gv", (1, 2, 3, 4, 3), F)]
+    feeds = _feeds(inputs)
+    rng = np.random.default_rng(1)
+    feeds["g"] = rng.uniform(-1.7, 1.7, (2, 4, 6, 2)).astype(np.float32)  # beyond [-1, 1]: padding decides
+    feeds["gv"] = rng.uniform(-1.4, 1.4, (1, 2, 3, 4, 3)).astype(np.float32)
+    feeds["g"][0, 0, :3] = [[-1, -1], [1, 1], [0, 0]]  # corners and the centre
+    _check(tmp_path, nodes, inputs, outputs + ["defaults"], opset=20, feeds=feeds, rtol=1e-4, atol=1e-5)
+
+
+def test_grid_sample_opset_16_names(tmp_path):
+    nodes = [
+        helper.make_node("GridSample", ["x", "g"], ["bl"], mode="bilinear", padding_mode="reflection"),
+        helper.make_node("GridSample", ["x", "g"], ["bc"], mode="bicubic", align_corners=1),
+    ]
+    inputs = [("x", (1, 2, 4, 3), F), ("g", (1, 5, 2, 2), F)]
+    feeds = _feeds(inputs)
+    feeds["g"] = np.random.default_rng(2).uniform(-1.3, 1.3, (1, 5, 2, 2)).astype(np.float32)
+    _check(tmp_path, nodes, inputs, ["bl", "bc"], opset=16, feeds=feeds, rtol=1e-4, atol=1e-5)
+
+
+def test_grid_sample_reads_only_the_input_whatever_the_grid(tmp_path):
+    """Coordinates far outside, infinite or NaN: nearest returns an element of x or 0 (zeros padding), never a
+    read past x; linear and cubic stay finite for finite far coordinates."""
+    nodes, outputs = [], []
+    for mode in ("nearest", "linear", "cubic"):
+        for padding in ("zeros", "border", "reflection"):
+            y = "y_%s_%s" % (mode, padding)
+            nodes.append(helper.make_node("GridSample", ["x", "g"], [y], mode=mode, padding_mode=padding))
+            outputs.append(y)
+    model = typed_model(nodes, [("x", (1, 1, 3, 4), F), ("g", (1, 1, 8, 2), F)], outputs, 20, {})
+    m = build_and_load(model, str(tmp_path))
+    x = np.arange(1, 13, dtype=np.float32).reshape(1, 1, 3, 4)
+    far = [[1e30, -1e30], [-3e9, 7e8], [np.inf, 0], [0, -np.inf], [np.nan, 0], [0.5, np.nan], [-1e-30, 2], [5, -5]]
+    got = m.run({"x": x, "g": np.array(far, np.float32).reshape(1, 1, 8, 2)})
+    for padding in ("zeros", "border", "reflection"):
+        nearest = got["y_nearest_%s" % padding].reshape(-1)
+        assert all(v == 0 or v in x for v in nearest.tolist() if v == v), (padding, nearest)
+    for name in outputs:
+        finite = got[name].reshape(-1)[[0, 1, 6, 7]]  # the finite coordinates
+        assert np.isfinite(finite).all(), (name, finite)

@@ -24,6 +24,7 @@ kernel for every target at build time.
 - :mod:`.lp_pool`: LpPool over 1-D to 3-D windows.
 - :mod:`.indexed`: GatherND, ScatterND, ScatterElements (indices from data checked) and OneHot.
 - :mod:`.matrix`: Trilu's triangle.
+- :mod:`.grid_sample`: GridSample, its taps clamped into the input whatever the grid holds.
 - :mod:`.blocked`, :mod:`.blocked_pool`, :mod:`.blocked_conv`: the blocked channel layout's reorders, pools and
   convolution.
 """
