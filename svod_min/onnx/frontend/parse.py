@@ -25,6 +25,7 @@ from .indices import RULES as INDEX_RULES
 from .indices import Operand, check_indices
 from .inference_error import inference_failure
 from .ir import Graph, Node, Value
+from .loops import unroll_loop, unroll_scan
 from .pins import deciding_inputs, pin_inputs, resolve_pins
 from .quant_fold import dequantize_constant, quantize_constant
 from .table import OpSpec
@@ -183,7 +184,7 @@ def _fold_round(model: onnx.ModelProto, opset: int) -> bool:
     empties = _empty_values(model)
     keep, folded = [], False
     for node in model.graph.node:
-        branch = inline_if(node, consts[node.input[0]], model) if _constant_if(node, consts) else None
+        branch = _unrolled(node, consts, shapes, model, opset)
         if branch is not None:
             keep.extend(branch)
             folded = True
@@ -211,6 +212,22 @@ def _fold_round(model: onnx.ModelProto, opset: int) -> bool:
         del model.graph.value_info[:]
         model.graph.value_info.extend(kept_vi)
     return folded
+
+
+def _unrolled(
+    node: Any, consts: Dict[str, np.ndarray], shapes: Dict[str, Tuple[int, ...]], model: onnx.ModelProto, opset: int
+) -> Optional[List[Any]]:
+    """The nodes replacing an If of a constant condition (its branch), a Loop of a constant trip count or a Scan of
+    static length (their bodies unrolled: :mod:`.loops`); None for every other node."""
+    if node.domain not in ("", "ai.onnx"):
+        return None
+    if _constant_if(node, consts):
+        return inline_if(node, consts[node.input[0]], model)
+    if node.op_type == "Loop":
+        return unroll_loop(node, consts, model, opset)
+    if node.op_type == "Scan":
+        return unroll_scan(node, shapes, model, opset)
+    return None
 
 
 def _constant_if(node: Any, consts: Dict[str, np.ndarray]) -> bool:
