@@ -68,6 +68,8 @@ def test_without_a_pin_the_refusal_names_the_input_and_suggests_the_flag(tmp_pat
             build_and_load(model, str(tmp_path), shapes={name: [2]})
         assert "depends on the value of input %r" % name in str(info.value)
         assert "--pin %s=..." % name in str(info.value)
+    with pytest.raises(ModelFileError, match=r"dynamic: .*or, if its value decides shapes, --pin axes=V0,V1"):
+        build_and_load(reduce_model(), str(tmp_path))  # axes' dim is dynamic too: the first refusal tells of --pin
 
 
 def test_the_refusal_follows_the_value_through_computed_operands(tmp_path):

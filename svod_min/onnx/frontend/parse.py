@@ -30,6 +30,8 @@ from .pins import deciding_inputs, pin_inputs, resolve_pins
 from .quant_fold import dequantize_constant, quantize_constant
 from .table import OpSpec
 
+#: ONNX's integer element types: an input of one without a bound dim is told of --pin too.
+INTEGER_TYPES = {onnx.TensorProto.INT32, onnx.TensorProto.INT64}
 #: Folded results above this many elements stay nodes (a constant Conv on a 100 MB tensor is not folded).
 FOLD_LIMIT = 1 << 26
 #: Ops never folded: their result depends on more than their inputs, or they are control flow.
@@ -149,9 +151,11 @@ def _bind_one(inp: Any, dims: Mapping[str, int], shape: Optional[Sequence[int]],
             raise ModelFileError("input %r dim %d is %d in the model, not %d as given" % (inp.name, axis, fixed, want))
         value = fixed if fixed is not None else want
         if value is None:
+            integer = tt.elem_type in INTEGER_TYPES  # likely an axes, a shape or bounds: its value may decide shapes
             raise ModelFileError(
                 "input %r dim %d (%s) is dynamic: bind it with --dim %s=N or --shape %s=..."
                 % (inp.name, axis, symbol or "?", symbol or "NAME", inp.name)
+                + (" (or, if its value decides shapes, --pin %s=V0,V1,...)" % inp.name if integer else "")
             )
         if value < 0:
             raise ModelFileError("input %r dim %d: %d is not a size (0 or more)" % (inp.name, axis, value))
