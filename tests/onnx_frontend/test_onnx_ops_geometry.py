@@ -10,6 +10,7 @@ np = pytest.importorskip("numpy")
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
+import onnx.reference  # noqa: E402
 from onnx import TensorProto, helper  # noqa: E402
 from support.onnx_models import build_and_load, run_ort, typed_model  # noqa: E402
 
@@ -140,3 +141,63 @@ def test_grid_sample_reads_only_the_input_whatever_the_grid(tmp_path):
     for name in outputs:
         finite = got[name].reshape(-1)[[0, 1, 6, 7]]  # the finite coordinates
         assert np.isfinite(finite).all(), (name, finite)
+
+
+def test_pools_over_3d_windows(tmp_path):
+    def pool(op, y, **attrs):
+        return helper.make_node(op, ["x"], [y], **attrs)
+
+    k3 = dict(kernel_shape=[2, 3, 2])
+    nodes = [
+        pool("MaxPool", "m_plain", **k3),
+        pool("MaxPool", "m_strided", kernel_shape=[3, 3, 3], strides=[2, 1, 2], pads=[1, 1, 0, 1, 0, 1]),
+        pool("MaxPool", "m_dilated", kernel_shape=[2, 2, 2], dilations=[2, 1, 2], ceil_mode=1, strides=[2, 2, 2]),
+        pool("MaxPool", "m_same", kernel_shape=[3, 2, 3], auto_pad="SAME_UPPER", strides=[2, 2, 1]),
+        pool("AveragePool", "a_plain", **k3),
+        pool("AveragePool", "a_pad0", kernel_shape=[3, 3, 3], pads=[1, 1, 1, 1, 1, 1], strides=[2, 2, 2]),
+        pool("AveragePool", "a_pad1", kernel_shape=[3, 3, 3], pads=[1, 1, 1, 1, 1, 1], count_include_pad=1),
+        pool("AveragePool", "a_ceil", kernel_shape=[2, 2, 3], strides=[2, 4, 2], ceil_mode=1, count_include_pad=1),
+        pool("AveragePool", "a_lower", kernel_shape=[2, 3, 2], auto_pad="SAME_LOWER", strides=[1, 2, 2]),
+        pool("AveragePool", "a_dilated", kernel_shape=[2, 2, 2], dilations=[2, 2, 1], pads=[1, 0, 1, 1, 0, 1]),
+    ]
+    outputs = [n.output[0] for n in nodes]
+    inputs = [("x", (2, 3, 5, 6, 7), F), ("xn", (1, 1, 3, 4, 5), F)]
+    feeds = _feeds(inputs)
+    feeds["xn"][0, 0, 1, 2, 2] = np.nan
+    nodes.append(helper.make_node("AveragePool", ["xn"], ["a_nan"], kernel_shape=[2, 3, 2]))
+    _, m = _check(tmp_path, nodes, inputs, outputs + ["a_nan"], opset=19, feeds=feeds)
+    # NaN wins a 3-D max as in svod_min's 2-D kernels (the ONNX reference's 3-D max drops it; onnxruntime's keeps or
+    # drops it depending on the tap's place in the window): every other output is the reference's
+    nan_model = typed_model([helper.make_node("MaxPool", ["xn"], ["m_nan"], kernel_shape=[2, 3, 2])], inputs[1:],
+                            ["m_nan"], 19, {})  # fmt: skip
+    want = onnx.reference.ReferenceEvaluator(nan_model).run(None, {"xn": feeds["xn"]})[0]
+    got = build_and_load(nan_model, str(tmp_path), "nan").run({"xn": feeds["xn"]})["m_nan"]
+    covers = np.zeros(want.shape, bool)
+    covers[0, 0, 0:2, 0:2, 1:3] = True  # the windows holding x[.., 1, 2, 2]
+    assert np.isnan(got[covers]).all() and not np.isnan(got[~covers]).any()
+    np.testing.assert_array_equal(got[~covers], want[~covers])
+
+
+def test_max_pool_on_integers_and_float64_with_indices(tmp_path):
+    nodes, outputs = [], []
+    for x in ("i8", "u8", "d"):
+        for rank, attrs in (
+            (1, dict(kernel_shape=[3], pads=[1, 1])),
+            (2, dict(kernel_shape=[3, 2], strides=[2, 1], pads=[1, 0, 1, 1])),
+            (3, dict(kernel_shape=[2, 2, 2], dilations=[1, 2, 1])),
+        ):
+            y = "%s_%d" % (x, rank)
+            nodes.append(helper.make_node("MaxPool", ["%s%d" % (x, rank)], [y], **attrs))
+            outputs.append(y)
+    for order in (0, 1):  # Indices: the flat position in x, rows first or (storage_order 1) columns first
+        nodes.append(
+            helper.make_node("MaxPool", ["f2"], ["v%d" % order, "i%d" % order], kernel_shape=[2, 3], strides=[1, 2],
+                             pads=[0, 1, 1, 1], storage_order=order)
+        )  # fmt: skip
+        outputs += ["v%d" % order, "i%d" % order]
+    nodes.append(helper.make_node("MaxPool", ["f3"], ["v3", "i3"], kernel_shape=[2, 2, 3], strides=[1, 2, 2]))
+    outputs += ["v3", "i3"]
+    shapes = {1: (2, 3, 9), 2: (2, 2, 6, 7), 3: (1, 2, 4, 5, 6)}
+    inputs = [("%s%d" % (x, r), shapes[r], t) for x, t in (("i8", I8), ("u8", U8), ("d", D)) for r in (1, 2, 3)]
+    inputs += [("f2", (2, 3, 5, 8), F), ("f3", (2, 2, 3, 5, 6), F)]
+    _check(tmp_path, nodes, inputs, outputs, opset=12)

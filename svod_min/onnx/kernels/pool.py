@@ -19,16 +19,18 @@ a rectangle; the kernels multiply by its reciprocal. A max propagates NaN as the
 do; testing each tap for NaN costs as much as the max itself, so each plane is scanned for NaN once and only a
 plane that holds one takes the taps' NaN-propagating step.
 
-The C is ``templates/pool.c.j2`` (the three shapes) and ``templates/pool_taps.c.j2`` (the per-output kernel, for
-what the others refuse); this module decides the shape and computes its constants. Same calling convention as
-:mod:`svod_min.onnx.kernels.ckernel`; a kernel returns None where its buffers would not fit its stack limit (the
-caller then uses another kernel).
+The C is ``templates/pool.c.j2`` (the three shapes), ``templates/pool_taps.c.j2`` (the per-output kernel, for what
+the others refuse) and ``templates/pool_nd.c.j2`` (:func:`pool_nd`: per output over 1 to 3 spatial axes, for 3-D
+windows, other dtypes and MaxPool's Indices); this module decides the shape and computes its constants. Same
+calling convention as :mod:`svod_min.onnx.kernels.ckernel`; a kernel returns None where its buffers would not fit
+its stack limit (the caller then uses another kernel).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict
-from typing import Any, Optional, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 from ..ctext import C_TYPES
 from ..geometry import ConvGeom
@@ -153,3 +155,53 @@ def pool2d_taps(g: ConvGeom, kind: str, count_include_pad: bool, dtype: str = "f
     """Max or average pooling, every output testing each tap (padding never wins a max, NaN wins; ONNX's divisor):
     for the rows too wide for the other kernels' buffers, its stack use does not grow with the row."""
     return _pool("pool_taps.c.j2", g, "max" if kind == "max" else "avg", count_include_pad, dtype)
+
+
+#: The C element type and the max's starting value of each dtype the per-tap N-D kernel takes.
+ND_TYPES = {
+    "float32": ("float", "-__builtin_inff()"),
+    "float64": ("double", "-__builtin_inf()"),
+    "int8": ("signed char", "-128"),
+    "uint8": ("unsigned char", "0"),
+}
+
+
+def pool_nd(
+    planes: int,
+    window: Sequence[Dict[str, int]],
+    kind: str,
+    count_include_pad: bool,
+    dtype: str = "float32",
+    indices: bool = False,
+    column_major: bool = False,
+) -> CKernel:
+    """Max or average pooling over 1 to 3 spatial axes, each output testing its taps (:func:`pool2d_taps` in N-D):
+    3-D windows and dtypes other than float32. ``window``: per axis, outermost first, input size ``i``, output size
+    ``o``, kernel ``k``, stride ``s``, dilation ``d``, leading pad ``b``, end pad ``e``. ``indices``: the max also
+    writes each output's flat position in x (MaxPool's Indices, int64; ``column_major``: storage_order 1, 2-D)."""
+    _check_kind(kind)
+    T, lowest = ND_TYPES[dtype]
+    n_in = int(math.prod(a["i"] for a in window))
+    n_out = int(math.prod(a["o"] for a in window))
+    chunks, per = share(planes, n_out * int(math.prod(a["k"] for a in window)))
+    floating = dtype.startswith("float")
+    # storage_order 1 (2-D only): the plane's position column-major, w * H + h
+    index_expr = "i1 * %d + i0" % window[0]["i"] if column_major else "at"
+    body = render(
+        "pool_nd.c.j2",
+        T=T,
+        A=("double" if dtype == "float64" else "float") if kind == "avg" else T,
+        start=("0" if kind == "avg" else lowest),
+        kind=kind,
+        nan=floating,
+        include_pad=count_include_pad,
+        indices=indices,
+        index_expr=index_expr,
+        per=per,
+        planes=planes,
+        n_in=n_in,
+        n_out=n_out,
+        dims=[{key: int(v) for key, v in a.items()} for a in window],
+    )
+    extents = [planes * n_out, planes * n_in] + ([planes * n_out] if indices else [])
+    return make_kernel("pool", body, extents, chunks)

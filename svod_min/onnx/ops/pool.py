@@ -1,36 +1,70 @@
 """MaxPool, AveragePool and the global pools: the library's maxpool2d / avgpool2d / global_avgpool where they fit,
-generated C otherwise (two passes over the window's rows then columns, or one per output for rows too wide)."""
+generated C otherwise (two passes over the window's rows then columns, or one per output for rows too wide). 3-D
+windows, MaxPool on float64, int8 and uint8, and MaxPool's Indices output take the per-tap N-D kernel
+(:func:`..kernels.pool.pool_nd`)."""
 
 from __future__ import annotations
 
+from typing import Dict, List, Optional
+
 import numpy as np
 
-from ..frontend.ir import Node
+from ..frontend.ir import Graph, Node
 from ..frontend.table import ANY, one_of, register
 from ..geometry import ConvGeom
 from ..kernels import pool as pool_kernels
 from . import lowering
 from .lowering import F32, Lowering
-from .window import PAD_MODES, geometry, window_check
+from .window import PAD_MODES, ceil_window_check, geometry, window_pads
+
+#: The dtypes of x each pool takes (MaxPool's Indices output is int64).
+MAX_DTYPES = ("float32", "float64", "int8", "uint8")
+AVG_DTYPES = ("float32",)
+
+
+def _pool_check(graph: Graph, node: Node) -> Optional[str]:
+    x = graph.values[node.inputs[0]]
+    rank = len(x.shape) - 2
+    if rank not in (1, 2, 3):
+        return "%d-D windows are not supported (1-D to 3-D)" % rank
+    if x.dtype not in (MAX_DTYPES if node.op == "MaxPool" else AVG_DTYPES):
+        return "input %r is %s (%s takes %s)" % (
+            x.name,
+            x.dtype,
+            node.op,
+            ", ".join(MAX_DTYPES if node.op == "MaxPool" else AVG_DTYPES),
+        )
+    if _wants_indices(node) and node.attrs.get("storage_order", 0) and rank != 2:
+        return "storage_order=1 with the Indices output on a %d-D window (2-D only)" % rank
+    if node.attrs.get("ceil_mode", 0):
+        return ceil_window_check(graph, node)
+    return None
+
+
+def _wants_indices(node: Node) -> bool:
+    return node.op == "MaxPool" and len(node.outputs) > 1 and bool(node.outputs[1])
 
 
 @register(
     ["MaxPool"],
-    "generated C in two passes (the window's rows, then its columns), "
-    "1-D and 2-D; NaN propagates; the Indices output is not supported",
-    check=window_check,
+    "generated C in two passes (the window's rows, then its columns), 1-D and 2-D float32; per tap for 3-D "
+    "windows, float64, int8, uint8 and the Indices output (int64, storage_order 0/1); NaN propagates",
+    check=_pool_check,
+    dtypes=MAX_DTYPES + ("int64",),
     auto_pad=PAD_MODES,
     ceil_mode=ANY,
     dilations=ANY,
     kernel_shape=ANY,
     pads=ANY,
-    storage_order=ANY,
+    storage_order=one_of(0, 1),
     strides=ANY,
 )
 @register(
     ["AveragePool"],
-    "generated C in two passes (the window's rows, then its columns), 1-D and 2-D; count_include_pad 0/1, ceil_mode",
-    check=window_check,
+    "generated C in two passes (the window's rows, then its columns), 1-D and 2-D; per tap for 3-D windows; "
+    "count_include_pad 0/1, ceil_mode",
+    check=_pool_check,
+    dtypes=AVG_DTYPES,
     auto_pad=PAD_MODES,
     ceil_mode=ANY,
     count_include_pad=one_of(0, 1),
@@ -41,12 +75,34 @@ from .window import PAD_MODES, geometry, window_check
 )
 def lower_pool(L: Lowering, node: Node) -> None:
     xs = L.value(node.inputs[0]).shape
+    kind, include = "max" if node.op == "MaxPool" else "avg", bool(node.attrs.get("count_include_pad", 0))
+    if len(xs) == 5 or L.value(node.inputs[0]).dtype != "float32" or _wants_indices(node):
+        lower_pool_nd(L, node, kind, include)
+        return
     g = geometry(L, node, node.attrs["kernel_shape"], xs[1])
     if lower_pool_library(L, node, g):
         return
-    kind, include = "max" if node.op == "MaxPool" else "avg", bool(node.attrs.get("count_include_pad", 0))
     kernel = pool_kernels.pool2d(g, kind, include) or pool_kernels.pool2d_taps(g, kind, include)
     L.source(kernel, [node.outputs[0], node.inputs[0]])
+
+
+def lower_pool_nd(L: Lowering, node: Node, kind: str, include: bool) -> None:
+    """The per-tap kernel over 1 to 3 spatial axes (and MaxPool's Indices where the node asks for them)."""
+    x, out = node.inputs[0], node.outputs[0]
+    xs, ys = L.value(x).shape, L.value(out).shape
+    rank = len(xs) - 2
+    kernel = list(node.attrs["kernel_shape"])
+    strides = list(node.attrs.get("strides", [1] * rank))
+    dil = list(node.attrs.get("dilations", [1] * rank))
+    pads = window_pads(node, xs[2:], kernel, strides, dil)
+    window: List[Dict[str, int]] = [
+        dict(i=xs[2 + a], o=ys[2 + a], k=kernel[a], s=strides[a], d=dil[a], b=pads[a], e=pads[rank + a])
+        for a in range(rank)
+    ]
+    indices = _wants_indices(node)
+    column_major = indices and bool(node.attrs.get("storage_order", 0))
+    k = pool_kernels.pool_nd(xs[0] * xs[1], window, kind, include, L.value(x).dtype, indices, column_major)
+    L.source(k, [out, x] + ([node.outputs[1]] if indices else []), outputs=(0, 2) if indices else (0,))
 
 
 @register(
