@@ -201,3 +201,46 @@ def test_max_pool_on_integers_and_float64_with_indices(tmp_path):
     inputs = [("%s%d" % (x, r), shapes[r], t) for x, t in (("i8", I8), ("u8", U8), ("d", D)) for r in (1, 2, 3)]
     inputs += [("f2", (2, 3, 5, 8), F), ("f3", (2, 2, 3, 5, 6), F)]
     _check(tmp_path, nodes, inputs, outputs, opset=12)
+
+
+def _depth_to_space(x, b, mode):
+    n, c, h, w = x.shape
+    if mode == "DCR":
+        t = x.reshape(n, b, b, c // (b * b), h, w).transpose(0, 3, 4, 1, 5, 2)
+    else:
+        t = x.reshape(n, c // (b * b), b, b, h, w).transpose(0, 1, 4, 2, 5, 3)
+    return t.reshape(n, c // (b * b), h * b, w * b)
+
+
+def _space_to_depth(x, b):
+    n, c, h, w = x.shape
+    return x.reshape(n, c, h // b, b, w // b, b).transpose(0, 3, 5, 1, 2, 4).reshape(n, c * b * b, h // b, w // b)
+
+
+def test_depth_to_space_and_space_to_depth(tmp_path):
+    nodes = [
+        helper.make_node("DepthToSpace", ["x"], ["dcr2"], blocksize=2),
+        helper.make_node("DepthToSpace", ["x"], ["crd2"], blocksize=2, mode="CRD"),
+        helper.make_node("DepthToSpace", ["x9"], ["dcr3"], blocksize=3, mode="DCR"),
+        helper.make_node("DepthToSpace", ["x9"], ["crd3"], blocksize=3, mode="CRD"),
+        helper.make_node("SpaceToDepth", ["s"], ["s2"], blocksize=2),
+        helper.make_node("SpaceToDepth", ["s"], ["s3"], blocksize=3),
+        helper.make_node("DepthToSpace", ["one"], ["dcr_n1"], blocksize=2),  # N = 1, H = W = 1: few merged axes
+    ]
+    inputs = [("x", (2, 8, 3, 5), F), ("x9", (1, 18, 2, 3), F), ("s", (2, 3, 6, 12), F), ("one", (1, 4, 1, 1), F)]
+    _check(tmp_path, nodes, inputs, [n.output[0] for n in nodes], opset=13)
+
+
+def test_depth_to_space_and_space_to_depth_move_any_dtype(tmp_path):
+    nodes = [
+        helper.make_node("DepthToSpace", ["u"], ["u_crd"], blocksize=2, mode="CRD"),
+        helper.make_node("DepthToSpace", ["i"], ["i_dcr"], blocksize=2),
+        helper.make_node("SpaceToDepth", ["h"], ["h_s2d"], blocksize=2),
+    ]
+    inputs = [("u", (1, 12, 2, 3), U8), ("i", (2, 4, 3, 2), I64), ("h", (1, 2, 4, 6), H)]
+    model = typed_model(nodes, inputs, ["u_crd", "i_dcr", "h_s2d"], 13, {})
+    feeds = _feeds(inputs)
+    got = build_and_load(model, str(tmp_path)).run(feeds)
+    np.testing.assert_array_equal(got["u_crd"], _depth_to_space(feeds["u"], 2, "CRD"))
+    np.testing.assert_array_equal(got["i_dcr"], _depth_to_space(feeds["i"], 2, "DCR"))
+    np.testing.assert_array_equal(got["h_s2d"], _space_to_depth(feeds["h"], 2))
