@@ -44,6 +44,7 @@ from .ops import (  # noqa: F401 - they fill the op table
     resize,
     rnn,
     shape,
+    shrink,
     space_depth,
 )
 from .ops.lowering import Lowering, PlanParts, npy_bytes

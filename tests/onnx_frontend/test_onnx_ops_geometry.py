@@ -244,3 +244,29 @@ def test_depth_to_space_and_space_to_depth_move_any_dtype(tmp_path):
     np.testing.assert_array_equal(got["u_crd"], _depth_to_space(feeds["u"], 2, "CRD"))
     np.testing.assert_array_equal(got["i_dcr"], _depth_to_space(feeds["i"], 2, "DCR"))
     np.testing.assert_array_equal(got["h_s2d"], _space_to_depth(feeds["h"], 2))
+
+
+SHRINK_TYPES = {
+    "f": F, "d": D, "h": H, "i8": I8, "u8": U8, "i16": TensorProto.INT16, "u16": TensorProto.UINT16, "i32": I32,
+    "u32": TensorProto.UINT32, "i64": I64, "u64": TensorProto.UINT64,
+}  # fmt: skip
+
+
+def test_shrink_on_every_numeric_dtype_equals_onnxruntime(tmp_path):
+    nodes, outputs, inputs, feeds = [], [], [], {}
+    rng = np.random.default_rng(3)
+    for name, t in SHRINK_TYPES.items():
+        dtype = helper.tensor_dtype_to_np_dtype(t)
+        if dtype.kind == "f":
+            x = (rng.standard_normal(40) * 3).astype(dtype)
+            x[:4] = [np.nan, np.inf, -np.inf, -0.0]
+        else:
+            info = np.iinfo(dtype)
+            x = rng.integers(max(info.min, -50), min(info.max, 50) + 1, 40).astype(dtype)
+            x[:4] = [info.min, info.max, info.min + 1, info.max - 1]  # through float: rounded, out of range
+        feeds[name] = x
+        inputs.append((name, (40,), t))
+        for k, attrs in enumerate((dict(lambd=1.5, bias=2.7), dict(lambd=0.0, bias=-1.25), {})):
+            nodes.append(helper.make_node("Shrink", [name], ["%s_%d" % (name, k)], **attrs))
+            outputs.append("%s_%d" % (name, k))
+    _check(tmp_path, nodes, inputs, outputs, opset=13, feeds=feeds)
