@@ -43,6 +43,7 @@ from .ops import (  # noqa: F401 - they fill the op table
     reduce,
     resize,
     rnn,
+    sequence,
     shape,
     shrink,
     space_depth,

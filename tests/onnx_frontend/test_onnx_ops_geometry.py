@@ -14,6 +14,8 @@ import onnx.reference  # noqa: E402
 from onnx import TensorProto, helper  # noqa: E402
 from support.onnx_models import build_and_load, run_ort, typed_model  # noqa: E402
 
+from svod_min.error import IndexOutOfRangeError  # noqa: E402
+
 F, D, I32, I64 = TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.INT32, TensorProto.INT64
 H = TensorProto.FLOAT16
 I8, U8, B = TensorProto.INT8, TensorProto.UINT8, TensorProto.BOOL
@@ -270,3 +272,34 @@ def test_shrink_on_every_numeric_dtype_equals_onnxruntime(tmp_path):
             nodes.append(helper.make_node("Shrink", [name], ["%s_%d" % (name, k)], **attrs))
             outputs.append("%s_%d" % (name, k))
     _check(tmp_path, nodes, inputs, outputs, opset=13, feeds=feeds)
+
+
+def test_reverse_sequence_time_or_batch_major_lengths_fed_or_constant(tmp_path):
+    nodes = [
+        helper.make_node("ReverseSequence", ["x", "lt"], ["time"], time_axis=0, batch_axis=1),
+        helper.make_node("ReverseSequence", ["xb", "lb"], ["batch"], time_axis=1, batch_axis=0),
+        helper.make_node("ReverseSequence", ["i", "k_lens"], ["ints"], time_axis=1, batch_axis=0),
+        helper.make_node("ReverseSequence", ["b2", "lt"], ["bools"]),
+    ]
+    inputs = [
+        ("x", (5, 4, 3, 2), F), ("lt", (4,), I64), ("xb", (3, 6, 7), F), ("lb", (3,), I64), ("i", (4, 3), I64),
+        ("b2", (5, 4), B),
+    ]  # fmt: skip
+    feeds = _feeds(inputs)
+    feeds["lt"] = np.array([5, 0, 1, 3], np.int64)  # the whole axis, nothing, one step (nothing moves), some
+    feeds["lb"] = np.array([2, 6, 4], np.int64)
+    consts = {"k_lens": np.array([1, 3, 0, 2], np.int64)}
+    _, m = _check(tmp_path, nodes, inputs, ["time", "batch", "ints", "bools"], opset=10, consts=consts, feeds=feeds)
+    bad = dict(feeds, lb=np.array([2, 7, -1], np.int64))  # from data: reported at run, never read past x
+    with pytest.raises(
+        IndexOutOfRangeError, match=r"index 7 at position \[1\] of sequence_lens 'lb' is out of range \[0, 6\]"
+    ):
+        m.run(bad)
+    assert m.run(feeds)["batch"].shape == (3, 6, 7)  # the plan is not poisoned
+
+
+def test_reverse_sequence_constant_length_out_of_range_is_refused_at_build(tmp_path):
+    node = helper.make_node("ReverseSequence", ["x", "k"], ["y"], time_axis=0, batch_axis=1)
+    model = typed_model([node], [("x", (3, 2), F)], ["y"], 10, {"k": np.array([1, 4], np.int64)})
+    with pytest.raises(IndexOutOfRangeError, match=r"sequence length 4 at position \[1\] of sequence_lens 'k'"):
+        build_and_load(model, str(tmp_path))

@@ -3,8 +3,9 @@
 ONNX calls an index outside its op's range an error (onnxruntime refuses the model): Gather, GatherElements,
 ScatterElements take ``[-n, n-1]`` along their axis (a negative index counts from the end), GatherND and
 ScatterND the same per component of an index tuple, TopK's k ``[0, n]``, Split's sizes ``[0, n]``, the axes of
-Slice and Pad ``[-r, r-1]``. Slice's starts and ends are clamped by the spec and OneHot maps an index outside
-``[-depth, depth-1]`` to all off values: neither is an error, so neither has a rule here.
+Slice and Pad ``[-r, r-1]``, ReverseSequence's lengths ``[0, steps]``. Slice's starts and ends are clamped by the
+spec and OneHot maps an index outside ``[-depth, depth-1]`` to all off values: neither is an error, so neither has a
+rule here.
 
 One table serves both places a constant index meets the front end: the fold step (``parse.py``) declines to
 fold a node whose constant indices break its rule (onnx's reference evaluator wraps or clamps some of them:
@@ -210,6 +211,22 @@ def _pad(attrs: Mapping[str, Any], ops: List[Operand], opset: int) -> Optional[B
     if data is None or axes is None:
         return None
     return _axes("axes %r" % axes.name, axes.const, data)
+
+
+@rule("ReverseSequence")
+def _reverse_sequence(attrs: Mapping[str, Any], ops: List[Operand], opset: int) -> Optional[BadIndex]:
+    data, lens = _input(ops, 0), _input(ops, 1)
+    time_axis = int(attrs.get("time_axis", 0))
+    if data is None or data.shape is None or lens is None or lens.const is None or time_axis not in (0, 1):
+        return None
+    if len(data.shape) < 2:
+        return None
+    n = data.shape[time_axis]
+    hit = first_outside(np.asarray(lens.const).reshape(-1), 0, n)
+    if hit is None:
+        return None
+    why = "axis %d of %r has %d time steps" % (time_axis, data.name, n)
+    return BadIndex("sequence_lens %r" % lens.name, hit[1], hit[0], 0, n, why, "sequence length")
 
 
 def check_indices(op: str, attrs: Mapping[str, Any], operands: Sequence[Operand], opset: int) -> Optional[BadIndex]:

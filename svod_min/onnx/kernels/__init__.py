@@ -25,6 +25,7 @@ kernel for every target at build time.
 - :mod:`.indexed`: GatherND, ScatterND, ScatterElements (indices from data checked) and OneHot.
 - :mod:`.matrix`: Trilu's triangle.
 - :mod:`.grid_sample`: GridSample, its taps clamped into the input whatever the grid holds.
+- :mod:`.sequence`: ReverseSequence (lengths from data checked, reported through the status buffer).
 - :mod:`.blocked`, :mod:`.blocked_pool`, :mod:`.blocked_conv`: the blocked channel layout's reorders, pools and
   convolution.
 """
