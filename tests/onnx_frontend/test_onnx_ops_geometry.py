@@ -303,3 +303,24 @@ def test_reverse_sequence_constant_length_out_of_range_is_refused_at_build(tmp_p
     model = typed_model([node], [("x", (3, 2), F)], ["y"], 10, {"k": np.array([1, 4], np.int64)})
     with pytest.raises(IndexOutOfRangeError, match=r"sequence length 4 at position \[1\] of sequence_lens 'k'"):
         build_and_load(model, str(tmp_path))
+
+
+def test_det_batches_singular_and_swapped_matrices(tmp_path):
+    nodes = [helper.make_node("Det", ["x"], ["y"]), helper.make_node("Det", ["s"], ["ys"])]
+    inputs = [("x", (2, 3, 5, 5), F), ("s", (4, 3, 3), F)]
+    feeds = _feeds(inputs)
+    s = feeds["s"]
+    s[0, 2] = s[0, 0]  # singular: two equal rows
+    s[1] = np.eye(3, dtype=np.float32)[[2, 0, 1]]  # a permutation: its sign
+    s[2] = [[0, 2, 1], [3, 0, 0], [1, 1, 0]]  # a zero first pivot: a row swap
+    s[3] = np.diag([1e-3, 2e3, -0.5]).astype(np.float32)
+    _check(tmp_path, nodes, inputs, ["y", "ys"], opset=13, feeds=feeds, rtol=1e-5, atol=1e-5)
+
+
+def test_det_float64_equals_numpy(tmp_path):
+    """onnxruntime has no float64 Det: numpy's LU determinant is the reference."""
+    model = typed_model([helper.make_node("Det", ["x"], ["y"])], [("x", (3, 6, 6), D)], ["y"], 13, {})
+    x = _feeds([("x", (3, 6, 6), D)])["x"]
+    got = build_and_load(model, str(tmp_path)).run({"x": x})["y"]
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, np.linalg.det(x), rtol=1e-12)

@@ -34,8 +34,8 @@ def _refused(model, tmp_path, match):
 
 
 def test_unknown_op_names_node_op_and_opset(tmp_path):
-    model = single_node("Det", [("x", (3, 3))])
-    _refused(model, tmp_path, r"node 0 \(Det\), opset 17: op Det is not supported")
+    model = single_node("Multinomial", [("x", (3, 3))])
+    _refused(model, tmp_path, r"node 0 \(Multinomial\), opset 17: op Multinomial is not supported")
 
 
 def test_unsupported_attribute_value(tmp_path):

@@ -23,7 +23,7 @@ kernel for every target at build time.
 - :mod:`.layer_norm`: LayerNormalization with its Mean and InvStdDev outputs.
 - :mod:`.lp_pool`: LpPool over 1-D to 3-D windows.
 - :mod:`.indexed`: GatherND, ScatterND, ScatterElements (indices from data checked) and OneHot.
-- :mod:`.matrix`: Trilu's triangle.
+- :mod:`.matrix`: Trilu's triangle, Det's LU factorisation.
 - :mod:`.grid_sample`: GridSample, its taps clamped into the input whatever the grid holds.
 - :mod:`.sequence`: ReverseSequence (lengths from data checked, reported through the status buffer).
 - :mod:`.blocked`, :mod:`.blocked_pool`, :mod:`.blocked_conv`: the blocked channel layout's reorders, pools and

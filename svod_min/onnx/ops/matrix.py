@@ -1,4 +1,5 @@
-"""Ops on the last two axes as a batch of matrices: Trilu (any dtype; k a constant or fed at run time)."""
+"""Ops on the last two axes as a batch of matrices: Trilu (any dtype; k a constant or fed at run time) and Det
+(float32, float64: LU with partial pivoting in double)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import numpy as np
 
 from ..frontend.ir import Graph, Node
 from ..frontend.table import ANY, register
-from ..kernels.matrix import trilu
+from ..kernels.matrix import det, trilu
 from .lowering import Lowering
 from .shape import MOVABLE
 
@@ -45,3 +46,24 @@ def lower_trilu(L: Lowering, node: Node) -> None:
     batch = int(np.prod(shape[:-2]))
     kernel = trilu(batch, rows, cols, bool(node.attrs.get("upper", 1)), k, L.value(x).dtype)
     L.source(kernel, [out, x] + ([k_name] if k is None else []))
+
+
+def _det_check(graph: Graph, node: Node) -> Optional[str]:
+    shape = graph.values[node.inputs[0]].shape
+    if len(shape) < 2 or shape[-1] != shape[-2]:
+        return "input of shape %s (Det takes [..., M, M])" % list(shape)
+    return None
+
+
+@register(
+    ["Det"],
+    "generated C, float32 and float64: LU factorisation with partial pivoting, in double",
+    check=_det_check,
+    dtypes=("float32", "float64"),
+)
+def lower_det(L: Lowering, node: Node) -> None:
+    x, out = node.inputs[0], node.outputs[0]
+    shape = L.value(x).shape
+    m, items = int(shape[-1]), int(np.prod(shape[:-2]))
+    work = L.temp([items, m, m], "float64", "det")
+    L.source(det(items, m, L.value(x).dtype), [out, x, work], outputs=(0, 2))
