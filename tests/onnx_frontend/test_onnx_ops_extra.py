@@ -410,3 +410,30 @@ def test_a_bad_index_writes_nothing_past_the_output_nor_its_own_element(op, nati
     mem = np.frombuffer(loaded.buffers["mem"].copyout(), np.float32)
     assert (mem[:guard] == -9).all() and (mem[-guard:] == -9).all(), "a guard band was written"
     np.testing.assert_array_equal(mem[guard:-guard], want.reshape(-1))
+
+
+def test_scatter_nd_updates_of_another_shape_are_refused_by_name(tmp_path):
+    """The kernel reads each update slice by the shape the indices address; onnx's shape inference lets updates of
+    another shape through, so the op's check refuses them (exit 2) before a kernel could read past them."""
+    from svod_min.error import UnsupportedModelError
+    from svod_min.onnx.build import lower_model
+
+    node = helper.make_node("ScatterND", ["x", "i", "u"], ["y"])
+    inputs = [("x", (4, 3), F), ("i", (2, 1), I64), ("u", (2, 2), F)]
+    graph = helper.make_graph(
+        [node],
+        "t",
+        [helper.make_tensor_value_info(n, t, list(s)) for n, s, t in inputs],
+        [helper.make_tensor_value_info("y", F, ["a", "b"])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    path = str(tmp_path / "m.onnx")
+    onnx.save(model, path)
+    with pytest.raises(
+        UnsupportedModelError,
+        match=r"updates of shape \[2, 2\] where indices \[2, 1\] on data \[4, 3\] "
+        r"address \[2, 3\]",
+    ) as info:
+        lower_model(path)
+    assert info.value.exit_code == 2

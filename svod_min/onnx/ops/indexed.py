@@ -41,9 +41,32 @@ def _wrapped(L: Lowering, indices: str, bounds: np.ndarray) -> str:
 
 
 def _nd_check(graph: Graph, node: Node) -> Optional[str]:
-    ishape = graph.values[node.inputs[1]].shape
+    """Index tuples that fit data, and (ScatterND) updates of the shape they address: the kernel reads and writes by
+    these shapes."""
+    data, ishape = graph.values[node.inputs[0]].shape, graph.values[node.inputs[1]].shape
+    b = int(node.attrs.get("batch_dims", 0))
     if not ishape or ishape[-1] < 1:
         return "indices of shape %s (index tuples of at least one component)" % list(ishape)
+    if not 0 <= b < len(ishape) or b + ishape[-1] > len(data) or tuple(ishape[:b]) != tuple(data[:b]):
+        why = "tuples longer than data's rank past the batch dims, or batch dims that differ"
+        return "indices of shape %s on data of shape %s with batch_dims %d (%s)" % (list(ishape), list(data), b, why)
+    if node.op == "GatherND":
+        want = tuple(ishape[:-1]) + tuple(data[b + ishape[-1] :])
+        if tuple(graph.values[node.outputs[0]].shape) != want:
+            return "output of shape %s where GatherND gives %s" % (
+                list(graph.values[node.outputs[0]].shape),
+                list(want),
+            )
+    if node.op == "ScatterND":
+        want = tuple(ishape[:-1]) + tuple(data[ishape[-1] :])
+        got = graph.values[node.inputs[2]].shape
+        if tuple(got) != want:
+            return "updates of shape %s where indices %s on data %s address %s" % (
+                list(got),
+                list(ishape),
+                list(data),
+                list(want),
+            )
     reduction = node.attrs.get("reduction", "none")
     if reduction != "none" and graph.values[node.inputs[0]].dtype not in REDUCIBLE:
         return "reduction %r on %s" % (reduction, graph.values[node.inputs[0]].dtype)
@@ -185,6 +208,10 @@ def _one_hot_check(graph: Graph, node: Node) -> Optional[str]:
         return "depth must be a constant (it decides the output's shape)"
     if graph.values[node.inputs[2]].size != 2:
         return "values must hold two elements (off, on)"
+    ishape, out = graph.values[indices].shape, graph.values[node.outputs[0]].shape
+    axis = normalize_axis(int(node.attrs.get("axis", -1)), len(ishape) + 1)
+    if len(out) != len(ishape) + 1 or tuple(out[:axis]) + tuple(out[axis + 1 :]) != tuple(ishape):
+        return "output of shape %s for indices of shape %s" % (list(out), list(ishape))
     return None
 
 

@@ -18,6 +18,14 @@ def _lp_pool_check(graph: Graph, node: Node) -> Optional[str]:
         return "%d-D windows are not supported (1-D, 2-D and 3-D)" % rank
     if int(node.attrs.get("p", 2)) < 1:
         return "p=%d (p must be at least 1)" % int(node.attrs.get("p", 2))
+    if "kernel_shape" not in node.attrs:
+        return "kernel_shape is missing"
+    for name, default in (("kernel_shape", 1), ("strides", 1), ("dilations", 1)):
+        values = node.attrs.get(name, [default] * rank)
+        if len(values) != rank or any(int(v) < 1 for v in values):
+            return "%s=%s (%d values of at least 1)" % (name, list(values), rank)
+    if len(node.attrs.get("pads", [0] * 2 * rank)) != 2 * rank:
+        return "pads=%s (%d values)" % (list(node.attrs["pads"]), 2 * rank)
     if node.attrs.get("ceil_mode", 0):
         return ceil_window_check(graph, node)
     return None
