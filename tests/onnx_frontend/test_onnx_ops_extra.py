@@ -204,6 +204,12 @@ def test_gather_nd_scatter_nd_scatter_elements_with_constant_indices(tmp_path):
         helper.make_node("ScatterElements", ["x", "k_se", "u_se"], ["s_el_max"], axis=1, reduction="max"),
         helper.make_node("ScatterElements", ["x", "k_se0", "u_se0"], ["s_el_min"], axis=0, reduction="min"),
         helper.make_node("ScatterElements", ["xi", "k_se", "u_se_i"], ["s_el_add"], axis=-2, reduction="add"),
+        # data computed and read by the scatter alone: written in place into the output, no copy
+        helper.make_node("Mul", ["x", "x"], ["sq"]),
+        helper.make_node("ScatterND", ["sq", "k_snd", "u_snd"], ["s_nd_sq"]),
+        helper.make_node("Mul", ["x", "x"], ["sq2"]),
+        helper.make_node("ScatterElements", ["sq2", "k_se", "u_se"], ["s_el_sq"], axis=1),
+        helper.make_node("Add", ["s_el_sq", "x"], ["s_el_sq_plus"]),  # and read after it
     ]
     inputs = [("x", (3, 4, 2), F), ("xi", (3, 4, 2), I64)]
     rng = np.random.default_rng(1)
@@ -227,7 +233,12 @@ def test_gather_nd_scatter_nd_scatter_elements_with_constant_indices(tmp_path):
     feeds = _feeds(inputs)
     feeds["x"][0, 3, 0] = feeds["x"][2, 0, 1] = np.nan
     outputs = ["g", "g_rows", "g_batch", "g_int", "s_nd", "s_nd_add", "s_nd_mul", "s_el", "s_el_max", "s_el_min"]
-    _check(tmp_path, nodes, inputs, outputs + ["s_el_add"], opset=18, consts=consts, feeds=feeds, exact=True)
+    outputs += ["s_el_add", "s_nd_sq", "s_el_sq_plus"]
+    _check(tmp_path, nodes, inputs, outputs, opset=18, consts=consts, feeds=feeds, exact=True)
+    from svod_min.onnx.build import lower_model
+
+    copied = {op["copy"]["dst"] for op in lower_model(str(tmp_path / "m.onnx")).doc["ops"] if "copy" in op}
+    assert {"s_nd", "s_el"} <= copied and not {"s_nd_sq", "s_el_sq"} & copied, copied
 
 
 # -- indices from data: checked by the kernel at run (docs/onnx.md, "Indices") ------------------------------------

@@ -40,6 +40,14 @@ def _wrapped(L: Lowering, indices: str, bounds: np.ndarray) -> str:
     return L.const(np.where(raw < 0, raw + bounds, raw), indices)
 
 
+def _start_from_data(L: Lowering, data: str, out: str) -> None:
+    """A scatter's output starts as its data: the data computed in place there when nothing else reads it (a
+    computed value, read by this node alone: its producer writes straight into the output), else a copy."""
+    if len(L.graph.consumers().get(data, [])) == 1 and L.place_into(data, out, 0):
+        return
+    L.copy(out, data)
+
+
 def _nd_check(graph: Graph, node: Node) -> Optional[str]:
     """Index tuples that fit data, and (ScatterND) updates of the shape they address: the kernel reads and writes by
     these shapes."""
@@ -120,7 +128,7 @@ def lower_scatter_nd(L: Lowering, node: Node) -> None:
     ds, ishape = L.value(data).shape, L.value(indices).shape
     m = ishape[-1]
     dims = [int(d) for d in ds[:m]]
-    L.copy(out, data)
+    _start_from_data(L, data, out)
     if L.value(updates).size == 0:
         return  # no update: the data as it is
     if L.graph.is_const(indices):
@@ -178,7 +186,7 @@ def lower_scatter_elements(L: Lowering, node: Node) -> None:
     ds = L.value(data).shape
     axis = normalize_axis(int(node.attrs.get("axis", 0)), len(ds))
     index_shape = L.value(indices).shape
-    L.copy(out, data)
+    _start_from_data(L, data, out)
     if L.value(updates).size == 0:
         return
     if L.graph.is_const(indices):
