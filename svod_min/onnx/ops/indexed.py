@@ -115,9 +115,9 @@ def lower_gather_nd(L: Lowering, node: Node) -> None:
 
 @register(
     ["ScatterND"],
-    "generated C; the data copied, then each update slice written (or reduced: add, mul, max, min) in order; "
-    "indices constant (checked at build) or from data (checked by the kernel: a bad tuple is skipped and reported, "
-    "exit 2)",
+    "generated C; the data copied (or updated in place where the scatter alone reads it), then each update slice "
+    "written (or reduced: add, mul, max, min) in order; indices constant (checked at build) or from data (checked "
+    "by the kernel: a bad tuple is skipped and reported, exit 2)",
     check=_nd_check,
     dtypes=MOVABLE,
     reduction=one_of("none", "add", "mul", "max", "min"),
@@ -172,9 +172,9 @@ def _scatter_elements_check(graph: Graph, node: Node) -> Optional[str]:
 )
 @register(
     ["ScatterElements"],
-    "generated C; the data copied, then each update written (or reduced: add, mul, max, min) in order; int32/int64 "
-    "indices constant (checked at build) or from data (checked by the kernel: a bad one is skipped and reported, "
-    "exit 2); negative indices count from the end",
+    "generated C; the data copied (or updated in place where the scatter alone reads it), then each update written "
+    "(or reduced: add, mul, max, min) in order; int32/int64 indices constant (checked at build) or from data "
+    "(checked by the kernel: a bad one is skipped and reported, exit 2); negative indices count from the end",
     check=_scatter_elements_check,
     dtypes=MOVABLE,
     axis=ANY,
