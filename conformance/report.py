@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter, OrderedDict
 from typing import Any, Dict, List
 
-from .outcome import FAILURES, PASS, REFUSED
+from .outcome import DISPUTED, FAILURES, PASS, REFUSED, STALE_DATA
 
 SVOD, ORT = "svod_min", "onnxruntime"
 
@@ -36,6 +36,10 @@ def summary(records: List[Dict[str, Any]]) -> List[str]:
         pinned = sum(1 for r in peer if r[SVOD]["kind"] == PASS and r[SVOD]["detail"].startswith("pinned "))
         if pinned:  # the build refused them until the inputs whose values decide shapes were pinned (build --pin)
             lines.append("  of which %d with inputs pinned at build" % pinned)
+    questioned = [r for r in records if SVOD in r and r[SVOD]["kind"] in (STALE_DATA, DISPUTED)]
+    if questioned:  # not failures, but each named: the data, not svod_min, is what these hold against
+        lines.append("svod_min outcomes whose data is stale or disputed: %d" % len(questioned))
+        lines += ["  %s: %s %s" % (r["test"], r[SVOD]["kind"], r[SVOD]["detail"][:200]) for r in questioned]
     bad = [r for r in records if SVOD in r and r[SVOD]["kind"] in FAILURES]
     lines.append("svod_min crashes, hangs, signals and wrong answers: %d" % len(bad))
     lines += ["  %s: %s %s" % (r["test"], r[SVOD]["kind"], r[SVOD]["detail"][:200]) for r in bad]

@@ -51,19 +51,19 @@ def suite(tmp_path_factory):
     write_test(root, "test_relu_wrong_expectation", helper.make_node("Relu", ["x"], ["y"]), [("x", x)], [("y", wrong)])
     write_test(
         root,
-        "test_unique_refused",
-        helper.make_node("Unique", ["x"], ["y"], sorted=1),
-        [("x", np.array([3.0, 1.0, 3.0], dtype=np.float32))],
-        [("y", np.array([1.0, 3.0], dtype=np.float32))],
+        "test_multinomial_refused",  # random sampling: svod_min has no lowering, and pinning x would not help
+        helper.make_node("Multinomial", ["x"], ["y"], sample_size=2),
+        [("x", np.array([[0.0, 1.0, 2.0]], dtype=np.float32))],
+        [("y", np.array([[2, 2]], dtype=np.int32))],
     )
     return str(root)
 
 
 def test_the_suite_is_found_and_read(suite):
     tests = find_tests(suite)
-    assert [t.name for t in tests] == ["test_relu", "test_relu_wrong_expectation", "test_unique_refused"]
-    assert [t.name for t in find_tests(suite, ["*_refused"])] == ["test_unique_refused"]
-    data = read_data_set(tests[0])
+    assert [t.name for t in tests] == ["test_multinomial_refused", "test_relu", "test_relu_wrong_expectation"]
+    assert [t.name for t in find_tests(suite, ["*_refused"])] == ["test_multinomial_refused"]
+    data = read_data_set(tests[1])
     assert list(data.inputs) == ["x"] and data.inputs["x"].shape == (3, 4)
     assert data.outputs[0][0] == "y" and data.op_types == ["Relu"]
 
@@ -74,7 +74,7 @@ def test_the_suite_is_found_and_read(suite):
         ("test_relu", "svod_min", PASS),
         ("test_relu", "onnxruntime", PASS),
         ("test_relu_wrong_expectation", "svod_min", STALE_DATA),
-        ("test_unique_refused", "svod_min", REFUSED),
+        ("test_multinomial_refused", "svod_min", REFUSED),
     ],
 )
 def test_each_engine_is_classified(suite, name, engine, kind):
@@ -95,6 +95,19 @@ def test_a_mismatch_with_the_data_and_the_reference_stays_wrong(suite):
     assert outcome.kind == WRONG and "elements differ" in outcome.detail
     right = {"y": np.maximum(data.inputs["x"], 0)}
     assert runner.against_current_spec(test, data, right, compare(right, data.outputs)).kind == STALE_DATA
+
+
+def test_a_disputed_test_equal_to_onnxruntime_is_disputed_else_wrong(suite, monkeypatch):
+    pytest.importorskip("onnxruntime")
+    from conformance import outcome as outcomes
+
+    (test,) = find_tests(suite, ["test_relu_wrong_expectation"])
+    monkeypatch.setitem(outcomes.DISPUTED_TESTS, test.name, "a planted dispute")
+    data = read_data_set(test)
+    peer = {"y": np.maximum(data.inputs["x"], 0)}  # onnxruntime's Relu
+    assert runner.against_onnxruntime(test, data, peer, compare(peer, data.outputs)).kind == outcomes.DISPUTED
+    other = {"y": peer["y"] + np.float32(1)}
+    assert runner.against_onnxruntime(test, data, other, compare(other, data.outputs)).kind == WRONG
 
 
 def _die(test, data):
