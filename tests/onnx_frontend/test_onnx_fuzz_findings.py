@@ -193,3 +193,15 @@ def test_a_graph_without_outputs_is_refused_by_name(tmp_path):
     onnx.save(model, path)
     with pytest.raises(ModelFileError, match="the model's graph has no outputs"):
         lower_model(path)
+
+
+def test_an_empty_result_whose_other_dims_overflow_is_refused_by_name(tmp_path):
+    # DepthToSpace of 8 channels by a block of 2^31: inference gives [1, 0, 2^32, 3 * 2^31], which numpy cannot
+    # hold even empty (it raised ValueError from the parser)
+    import onnx
+
+    model = single_node("DepthToSpace", [("x", (1, 8, 2, 3))], opset=13, blocksize=2**31, mode="DCR")
+    path = str(tmp_path / "m.onnx")
+    onnx.save(model, path)
+    with pytest.raises(ModelFileError, match=r"tensor 'y' has shape \[1, 0, 4294967296, 6442450944\]"):
+        lower_model(path)

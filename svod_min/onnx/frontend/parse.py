@@ -289,7 +289,14 @@ def _empty_of(vi: Any) -> Optional[np.ndarray]:
     if shape is None or 0 not in shape or not elem:
         return None
     dtype = np.dtype(helper.tensor_dtype_to_np_dtype(elem))
-    return np.zeros(shape, dtype) if dtype.kind in "biuf" else None
+    if dtype.kind not in "biuf":
+        return None
+    try:
+        return np.zeros(shape, dtype)
+    except ValueError:  # numpy cannot hold even the empty array: its other dims multiply past 2^63 bytes
+        raise ModelFileError(
+            "tensor %r has shape %s: its dims multiply past what a buffer can address" % (vi.name, list(shape))
+        ) from None
 
 
 def value_shape(vi: Any) -> Optional[Tuple[int, ...]]:
