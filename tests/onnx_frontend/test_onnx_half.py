@@ -307,3 +307,39 @@ def test_float16_quantize_linear_matches_onnxruntime(tmp_path: Any) -> None:
     got = build_and_load(model, str(tmp_path))(x=x)["y"]
     assert got.dtype == want.dtype == np.int8
     np.testing.assert_array_equal(got, want)
+
+
+def test_a_float16_bundle_verifies_where_onnxruntime_rounds_elsewhere(tmp_path: Any) -> None:
+    """onnxruntime computes LayerNormalization in float16 itself, svod_min in float32 after the MatMul: a small output
+    element differs by the large ones' ulp (0.004), within the half model's recorded tolerance, so run verifies."""
+    import subprocess
+    import sys
+
+    rng = np.random.default_rng(5)
+    consts = {
+        "w": (rng.standard_normal((64, 64)) * 0.3).astype(np.float16),
+        "g": (rng.standard_normal(64) + 1).astype(np.float16),
+        "b": rng.standard_normal(64).astype(np.float16),
+    }
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["m"]),
+        helper.make_node("LayerNormalization", ["m", "g", "b"], ["y"], axis=-1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "t",
+        [helper.make_tensor_value_info("x", TP.FLOAT16, [16, 64])],
+        [helper.make_tensor_value_info("y", TP.FLOAT16, [16, 64])],
+        [numpy_helper.from_array(v, n) for n, v in consts.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = os.path.join(str(tmp_path), "m.onnx")
+    onnx.save(model, path)
+    from support.onnx_models import host_target
+
+    cmd = [sys.executable, "-m", "svod_min"]
+    build = subprocess.run(cmd + ["build", path, "-o", path + ".svod", "--target", host_target()], capture_output=True)
+    assert build.returncode == 0, build.stderr
+    run = subprocess.run(cmd + ["run", path + ".svod"], capture_output=True, text=True)
+    assert run.returncode == 0 and "verify y: ok" in run.stdout, run.stdout + run.stderr
