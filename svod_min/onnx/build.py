@@ -47,6 +47,7 @@ from .ops import (  # noqa: F401 - they fill the op table
     shape,
     shrink,
     space_depth,
+    topk,
 )
 from .ops.lowering import Lowering, PlanParts, npy_bytes
 from .ops.pinned import check_pins
