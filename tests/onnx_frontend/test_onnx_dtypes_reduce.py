@@ -78,3 +78,26 @@ def test_long_reductions_keep_float32_accuracy(tmp_path):
     }
     for op in ops:
         np.testing.assert_allclose(got[op].reshape(()), want[op], rtol=1e-6, err_msg=op)
+
+
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceL2", "ReduceLogSum"])
+def test_float64_reductions_and_exp_log_match_onnxruntime(tmp_path, op):
+    """float64 reductions (generated C in double: the library's are float32), after a float64 Exp, then Log and Sqrt:
+    ReduceLogSumExp's body on float64."""
+    from support.onnx_models import build_and_load, typed_model
+
+    axes = helper.make_tensor("axes", TensorProto.INT64, [2], [0, 2])
+    nodes = [
+        helper.make_node("Exp", ["x"], ["e"]),
+        helper.make_node("Constant", [], ["ax"], value=axes),
+        helper.make_node(op, ["e", "ax"], ["r"], keepdims=1),
+        helper.make_node("Log", ["r"], ["l"]),
+        helper.make_node("Sqrt", ["r"], ["y"]),
+    ]
+    model = typed_model(nodes, [("x", (3, 4, 5), TensorProto.DOUBLE)], ["l", "y"], 18, {})
+    feeds = {"x": np.random.default_rng(8).standard_normal((3, 4, 5))}
+    want = run_ort(model, feeds)
+    got = build_and_load(model, str(tmp_path)).run(feeds)
+    for name, value in zip(["l", "y"], want):
+        assert got[name].dtype == np.float64 and got[name].shape == value.shape
+        np.testing.assert_allclose(got[name], value, rtol=1e-12, atol=1e-12)

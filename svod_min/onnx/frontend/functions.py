@@ -10,7 +10,7 @@ uses an op svod_min lacks is still refused by name (the refusal names the expand
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Set
 
 import onnx
 from onnx import defs, helper, inliner
@@ -31,8 +31,14 @@ def expand_functions(model: onnx.ModelProto, opset: int, table: Mapping[str, OpS
     if not _any_candidate(model):
         return None
     types = _value_types(model)
+    constants = {t.name for t in model.graph.initializer} | {
+        o for n in model.graph.node if n.op_type == "Constant" for o in n.output
+    }
     calls = [
-        (i, body) for i, node in enumerate(model.graph.node) for body in [_body(node, opset, types, table)] if body
+        (i, body)
+        for i, node in enumerate(model.graph.node)
+        for body in [_body(node, opset, types, table, constants)]
+        if body
     ]
     return _inline(_with_defaults(model, [i for i, _ in calls], opset), calls) if calls else None
 
@@ -82,10 +88,10 @@ def _schema_function(op: str) -> bool:
 
 
 def _body(
-    node: Any, opset: int, types: Dict[str, onnx.TypeProto], table: Mapping[str, OpSpec]
+    node: Any, opset: int, types: Dict[str, onnx.TypeProto], table: Mapping[str, OpSpec], constants: Set[str]
 ) -> Optional[onnx.FunctionProto]:
     """The function body replacing ``node``, or None where the table lowers it (or ONNX gives no body)."""
-    if node.domain not in ("", "ai.onnx") or _lowered(node, types, table):
+    if node.domain not in ("", "ai.onnx") or _lowered(node, types, table, constants):
         return None
     try:
         schema = defs.get_schema(node.op_type, opset, "")
@@ -121,8 +127,9 @@ def _parsed(raw: Any) -> Optional[onnx.FunctionProto]:
     return body if body.node else None
 
 
-def _lowered(node: Any, types: Dict[str, onnx.TypeProto], table: Mapping[str, OpSpec]) -> bool:
-    """The table lowers this op with these attribute values and (where known) these dtypes."""
+def _lowered(node: Any, types: Dict[str, onnx.TypeProto], table: Mapping[str, OpSpec], constants: Set[str]) -> bool:
+    """The table lowers this op with these attribute values and (where known) these run-time dtypes: constant
+    operands (a Reduce's int64 axes) are the op's own business, as the table's check has them."""
     spec = table.get(node.op_type)
     if spec is None:
         return False
@@ -131,7 +138,7 @@ def _lowered(node: Any, types: Dict[str, onnx.TypeProto], table: Mapping[str, Op
         if rule is None or rule(_attribute_value(attr)) is not None:
             return False
     for name in list(node.input) + list(node.output):
-        kind = types.get(name) if name else None
+        kind = types.get(name) if name and name not in constants else None
         if kind is not None and kind.tensor_type.elem_type:
             dtype = helper.tensor_dtype_to_np_dtype(kind.tensor_type.elem_type).name
             if dtype not in spec.dtypes:

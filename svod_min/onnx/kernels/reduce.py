@@ -3,12 +3,11 @@ rendered from ``templates/reduce.c.j2``."""
 
 from __future__ import annotations
 
-from ..ctext import C_TYPES
 from .arith import DTYPES
 from .ckernel import CKernel, make_kernel, render, share
 
-#: The reductions reduce_axis computes (the template's kinds).
-KINDS = ("min", "prod", "sumsquare", "l1", "l2", "logsum")
+#: The reductions reduce_axis computes (the template's kinds); sum, mean and max for float64 (the library's: float32).
+KINDS = ("min", "prod", "sumsquare", "l1", "l2", "logsum", "sum", "mean", "max")
 
 
 def reduce_axis(outer: int, red: int, inner: int, kind: str, dtype: str = "float32") -> CKernel:
@@ -21,7 +20,7 @@ def reduce_axis(outer: int, red: int, inner: int, kind: str, dtype: str = "float
         "reduce.c.j2",
         kernel="reduce",
         kind=kind,
-        T=C_TYPES[dtype],
+        T=DTYPES[dtype].c,
         per=per,
         items=items,
         red=red,

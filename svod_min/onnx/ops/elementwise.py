@@ -98,6 +98,16 @@ LIBM_UNARY = {
     "Sin": "sin", "Cos": "cos", "Tan": "tan", "Asin": "asin", "Acos": "acos", "Atan": "atan",
     "Sinh": "sinh", "Cosh": "cosh", "Asinh": "asinh", "Acosh": "acosh", "Atanh": "atanh",
 }  # fmt: skip
+#: UNARY's functions of libm that also run on float64, in double (as onnxruntime computes them there).
+DOUBLE_UNARY = {
+    "Exp": "exp",
+    "Log": "log",
+    "Sqrt": "sqrt",
+    "Floor": "floor",
+    "Ceil": "ceil",
+    "Erf": "erf",
+    "Round": "nearbyint",
+}
 
 
 def lower_typed_unary(L: Lowering, node: Node) -> None:
@@ -107,6 +117,8 @@ def lower_typed_unary(L: Lowering, node: Node) -> None:
     A = Arith()
     if node.op in LIBM_UNARY:
         expr = A.libm_unary(LIBM_UNARY[node.op], d, "x0")
+    elif node.op in DOUBLE_UNARY:
+        expr = A.libm_unary(DOUBLE_UNARY[node.op], d, "x0")
     else:
         expr = A.unary(node.op, d, "x0")
     kernel = elementwise(
@@ -159,7 +171,7 @@ def _register_unary() -> None:
             continue  # ops/clip.py registers Clip (every dtype, run-time bounds) and calls lower_unary where it fits
         options: Dict[str, Any] = {name: ANY for name, _ in attrs}
         options["note"] = "library kernel (same-shape)" if op in LIBRARY_UNARY else "generated C"
-        options["dtypes"] = ("float32",) + HALVES
+        options["dtypes"] = ("float32",) + HALVES + (("float64",) if op in DOUBLE_UNARY else ())
         options.update(_UNARY_REGISTRATION.get(op, {}))
         register([op], **options)(lower_unary)
 

@@ -40,6 +40,9 @@ def _reduce_check(graph: Graph, node: Node) -> Optional[str]:
 REDUCE_LIB = {"ReduceMean": "reduce_mean", "ReduceSum": "reduce_sum", "ReduceMax": "reduce_max"}
 
 
+#: The library's reductions as generated C kinds, for float64.
+REDUCE_DOUBLE = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceMax": "max"}
+
 REDUCE_C = {
     "ReduceMin": "min",
     "ReduceProd": "prod",
@@ -54,6 +57,7 @@ REDUCE_C = {
     sorted(REDUCE_LIB) + sorted(REDUCE_C),
     "library reduce_mean/sum/max, generated C for the others; axes not in one block permuted to the end first",
     check=_reduce_check,
+    dtypes=("float32", "float64"),
     axes=ANY,
     keepdims=ANY,
     noop_with_empty_axes=ANY,
@@ -72,7 +76,10 @@ def lower_reduce(L: Lowering, node: Node) -> None:
         int(np.prod(shape[axes[0] : axes[-1] + 1])),
         int(np.prod(shape[axes[-1] + 1 :])),
     )
-    if node.op in REDUCE_LIB:
+    dtype = L.value(x).dtype
+    if dtype == "float64":  # generated C in double: the library's reductions are float32
+        L.source(reduce_axis(outer, red, inner, REDUCE_C.get(node.op) or REDUCE_DOUBLE[node.op], dtype), [out, x])
+    elif node.op in REDUCE_LIB:
         L.library(
             REDUCE_LIB[node.op],
             F32,
