@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Mapping, Optional, Set
 
 import onnx
-from onnx import defs, helper, inliner
+from onnx import defs, helper, inliner, numpy_helper
 
 from .table import OpSpec
 
@@ -40,39 +40,30 @@ def expand_functions(model: onnx.ModelProto, opset: int, table: Mapping[str, OpS
         for body in [_body(node, opset, types, table, constants)]
         if body
     ]
-    return _inline(_with_defaults(model, [i for i, _ in calls], opset), calls) if calls else None
+    return _inline(model, calls, opset) if calls else None
 
 
 def set_default_attributes(model: onnx.ModelProto, opset: int, table: Mapping[str, OpSpec]) -> None:
     """Nodes of function ops the table lacks get their schema's defaults written out before anything infers
     shapes: onnx infers such a node through its body, which fails where the body refers to an unset attribute
     (MeanVarianceNormalization's axes)."""
-    indices = [
-        i
-        for i, node in enumerate(model.graph.node)
-        if node.domain in ("", "ai.onnx") and node.op_type not in table and _schema_function(node.op_type)
-    ]
-    if indices:
-        model.CopyFrom(_with_defaults(model, indices, opset))
+    for node in model.graph.node:
+        if node.domain in ("", "ai.onnx") and node.op_type not in table and _schema_function(node.op_type):
+            _set_defaults(node, opset)
 
 
-def _with_defaults(model: onnx.ModelProto, indices: List[int], opset: int) -> onnx.ModelProto:
-    """A copy of ``model`` whose called nodes carry every attribute their schema gives a default: a body refers to
-    its attributes by name (HannWindow's ``periodic``), and onnx's inliner drops a reference the call leaves unset."""
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    for index in indices:
-        node = out.graph.node[index]
-        present = {a.name for a in node.attribute}
-        try:
-            schema = defs.get_schema(node.op_type, opset, "")
-        except defs.SchemaError:
-            continue  # no such op at this opset: the checker or the table names it
-        for name, attr in schema.attributes.items():
-            default = attr.default_value
-            if name not in present and default.type != onnx.AttributeProto.UNDEFINED:
-                node.attribute.append(default)
-    return out
+def _set_defaults(node: Any, opset: int) -> None:
+    """``node`` given every attribute its schema has a default for: a body refers to its attributes by name
+    (HannWindow's ``periodic``), and onnx's inliner drops a reference the call leaves unset."""
+    present = {a.name for a in node.attribute}
+    try:
+        schema = defs.get_schema(node.op_type, opset, "")
+    except defs.SchemaError:
+        return  # no such op at this opset: the checker or the table names it
+    for name, attr in schema.attributes.items():
+        default = attr.default_value
+        if name not in present and default.type != onnx.AttributeProto.UNDEFINED:
+            node.attribute.append(default)
 
 
 def _any_candidate(model: onnx.ModelProto) -> bool:
@@ -133,23 +124,22 @@ def _lowered(node: Any, types: Dict[str, onnx.TypeProto], table: Mapping[str, Op
     spec = table.get(node.op_type)
     if spec is None:
         return False
-    for attr in node.attribute:
-        rule = spec.attrs.get(attr.name)
-        if rule is None or rule(_attribute_value(attr)) is not None:
-            return False
+    dtypes = []
     for name in list(node.input) + list(node.output):
         kind = types.get(name) if name and name not in constants else None
         if kind is not None and kind.tensor_type.elem_type:
-            dtype = helper.tensor_dtype_to_np_dtype(kind.tensor_type.elem_type).name
-            if dtype not in spec.dtypes:
-                return False
-    return True
+            dtypes.append((name, helper.tensor_dtype_to_np_dtype(kind.tensor_type.elem_type).name))
+    return spec.refusal({a.name: attribute_value(a) for a in node.attribute}, dtypes) is None
 
 
-def _attribute_value(attr: Any) -> Any:
+def attribute_value(attr: Any) -> Any:
+    """An attribute's value as the IR holds it: strings decoded, tensors as arrays (the parser's and the op table's
+    reading of a node)."""
     value = helper.get_attribute_value(attr)
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
+    if isinstance(value, onnx.TensorProto):
+        return numpy_helper.to_array(value)
     if isinstance(value, list) and value and isinstance(value[0], bytes):
         return [v.decode("utf-8", "replace") for v in value]
     return value
@@ -165,17 +155,19 @@ def _value_types(model: onnx.ModelProto) -> Dict[str, onnx.TypeProto]:
     return out
 
 
-def _inline(model: onnx.ModelProto, calls: List[Any]) -> Optional[onnx.ModelProto]:
-    """Each (node index, body) registered as a model-local function and called, then inlined by onnx; the calls
-    onnx's inliner leaves in place (a body it cannot inline) are put back as they were, for the table to refuse."""
+def _inline(model: onnx.ModelProto, calls: List[Any], opset: int) -> Optional[onnx.ModelProto]:
+    """Each (node index, body) registered as a model-local function and called (the node given its attributes'
+    defaults), then inlined by onnx; the calls onnx's inliner leaves in place (a body it cannot inline) are put back
+    as they were, for the table to refuse."""
     work = onnx.ModelProto()
-    work.CopyFrom(model)  # a copy: the caller's model is kept whole if a call cannot be inlined
+    work.CopyFrom(model)  # the one copy: the caller's model is kept whole if a call cannot be inlined
     for k, (index, body) in enumerate(calls):
         node = work.graph.node[index]
+        _set_defaults(node, opset)
         body.name = "%s_%d" % (node.op_type, k)
         body.domain = _DOMAIN
         if not any(o.domain in ("", "ai.onnx") for o in body.opset_import):
-            body.opset_import.add(domain="", version=_opset_of(model))
+            body.opset_import.add(domain="", version=opset)
         work.functions.append(body)
         node.op_type = body.name
         node.domain = _DOMAIN
@@ -187,13 +179,9 @@ def _inline(model: onnx.ModelProto, calls: List[Any]) -> Optional[onnx.ModelProt
     left = {node.op_type for node in expanded.graph.node if node.domain == _DOMAIN}
     if left:
         kept = [(i, body) for i, body in calls if body.name not in left]
-        return _inline(model, [(i, _parsed(b.SerializeToString())) for i, b in kept]) if kept else None
+        return _inline(model, kept, opset) if kept else None
     del expanded.functions[:]
     imports = [o for o in expanded.opset_import if o.domain != _DOMAIN]
     del expanded.opset_import[:]
     expanded.opset_import.extend(imports)
     return expanded
-
-
-def _opset_of(model: onnx.ModelProto) -> int:
-    return max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=1)

@@ -20,7 +20,7 @@ from .branch import inline_if
 from .contracts import contract_violation
 from .contrib import rewrite_contrib
 from .fold_size import too_big_to_fold
-from .functions import ROUNDS, expand_functions, set_default_attributes
+from .functions import ROUNDS, attribute_value, expand_functions, set_default_attributes
 from .indices import RULES as INDEX_RULES
 from .indices import Operand, check_indices
 from .inference_error import inference_failure
@@ -410,16 +410,7 @@ def to_graph(model: onnx.ModelProto, inputs: List[str], opset: int) -> Graph:
 
 
 def _node(n: Any, index: int) -> Node:
-    attrs: Dict[str, Any] = {}
-    for a in n.attribute:
-        value = helper.get_attribute_value(a)
-        if isinstance(value, bytes):
-            value = value.decode("utf-8", "replace")
-        elif isinstance(value, onnx.TensorProto):
-            value = numpy_helper.to_array(value)
-        elif isinstance(value, list) and value and isinstance(value[0], bytes):
-            value = [v.decode("utf-8", "replace") for v in value]
-        attrs[a.name] = value
+    attrs = {a.name: attribute_value(a) for a in n.attribute}
     return Node(n.op_type, n.name, index, list(n.input), list(n.output), attrs, n.domain)
 
 

@@ -11,7 +11,7 @@ node (index and name), the op, the opset and what is unsupported. docs/onnx.md's
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from ...error import IndexOutOfRangeError, ModelFileError, UnsupportedModelError
 from .contracts import contract_violation
@@ -52,6 +52,21 @@ class OpSpec:
     dtypes: Tuple[str, ...] = ("float32",)
     check: Optional[Callable[[Graph, Node], Optional[str]]] = field(default=None)
 
+    def refusal(self, attrs: Mapping[str, Any], dtypes: Iterable[Tuple[str, str]]) -> Optional[str]:
+        """Why this op's lowering does not take these attribute values or these run-time (name, dtype) tensors;
+        None where it takes them."""
+        for name, value in attrs.items():
+            rule = self.attrs.get(name)
+            if rule is None:
+                return "attribute %s is not supported" % name
+            why = rule(value)
+            if why is not None:
+                return "attribute %s=%r is not supported (%s)" % (name, value, why)
+        for name, dtype in dtypes:
+            if dtype not in self.dtypes:
+                return "tensor %r is %s; this op runs on %s only" % (name, dtype, ", ".join(self.dtypes))
+        return None
+
 
 OPS: Dict[str, OpSpec] = {}
 
@@ -89,21 +104,10 @@ def check_node(graph: Graph, node: Node) -> None:
     spec = OPS.get(node.op)
     if spec is None or node.op.startswith("svod."):
         raise refuse(node, opset, "op %s is not supported (docs/onnx.md lists the ops svod_min lowers)" % node.op)
-    for name, value in node.attrs.items():
-        rule = spec.attrs.get(name)
-        if rule is None:
-            raise refuse(node, opset, "attribute %s is not supported" % name)
-        why = rule(value)
-        if why is not None:
-            raise refuse(node, opset, "attribute %s=%r is not supported (%s)" % (name, value, why))
-    for name in list(node.inputs) + list(node.outputs):
-        if not name:
-            continue
-        v = graph.values[name]
-        if v.const is None and v.dtype not in spec.dtypes:
-            raise refuse(
-                node, opset, "tensor %r is %s; this op runs on %s only" % (name, v.dtype, ", ".join(spec.dtypes))
-            )
+    tensors = [graph.values[name] for name in list(node.inputs) + list(node.outputs) if name]
+    why = spec.refusal(node.attrs, [(v.name, v.dtype) for v in tensors if v.const is None])
+    if why is not None:
+        raise refuse(node, opset, why)
     if spec.check is not None:
         why = spec.check(graph, node)
         if why is not None:

@@ -75,6 +75,11 @@ def _nd_check(graph: Graph, node: Node) -> Optional[str]:
                 list(data),
                 list(want),
             )
+    return _reduction_refusal(graph, node)
+
+
+def _reduction_refusal(graph: Graph, node: Node) -> Optional[str]:
+    """A scatter's reduction other than none takes the dtypes REDUCIBLE names."""
     reduction = node.attrs.get("reduction", "none")
     if reduction != "none" and graph.values[node.inputs[0]].dtype not in REDUCIBLE:
         return "reduction %r on %s" % (reduction, graph.values[node.inputs[0]].dtype)
@@ -157,10 +162,7 @@ def _scatter_elements_check(graph: Graph, node: Node) -> Optional[str]:
             list(updates),
             list(data),
         )
-    reduction = node.attrs.get("reduction", "none")
-    if reduction != "none" and graph.values[node.inputs[0]].dtype not in REDUCIBLE:
-        return "reduction %r on %s" % (reduction, graph.values[node.inputs[0]].dtype)
-    return None
+    return _reduction_refusal(graph, node)
 
 
 @register(
