@@ -27,6 +27,7 @@ from .ops import (  # noqa: F401 - they fill the op table
     blocked,
     cast,
     clip,
+    col2im,
     conv,
     conv_transpose,
     elementwise,
