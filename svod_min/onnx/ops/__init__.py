@@ -11,7 +11,8 @@ plan ops through :class:`.lowering.Lowering` (library kernels, generated kernels
   LpNormalization), :mod:`.lp_pool`, :mod:`.eye_like`, :mod:`.indexed` (GatherND, ScatterND, ScatterElements,
   OneHot; indices from data checked by the kernel).
 - :mod:`.matrix` (Trilu, Det), :mod:`.grid_sample`, :mod:`.col2im`, :mod:`.space_depth` (DepthToSpace, SpaceToDepth),
-  :mod:`.shrink`, :mod:`.sequence` (ReverseSequence; lengths from data checked by the kernel), :mod:`.topk`.
+  :mod:`.shrink`, :mod:`.sequence` (ReverseSequence; lengths from data checked by the kernel), :mod:`.topk`,
+  :mod:`.tensor_scatter` (TensorScatter; write indices from data checked by the kernel).
 - :mod:`.blocked`: the ops of the blocked channel layout that :mod:`..frontend.layout` emits.
 - :mod:`.pinned`: the run-time checks of inputs pinned at build (``build --pin``).
 """
