@@ -170,9 +170,9 @@ def conversions() -> List[Conversion]:
     ``quantize_dynamic``: DynamicQuantizeLinear, MatMulInteger and ConvInteger)."""
     out: List[Conversion] = []
     try:
-        from onnxconverter_common import float16
+        from onnxconverter_common import float16  # noqa: F401
 
-        out.append(("fp16", lambda model: float16.convert_float_to_float16(model, keep_io_types=True)))
+        out.append(("fp16", _float16))
     except ImportError:
         pass
     try:
@@ -182,6 +182,29 @@ def conversions() -> List[Conversion]:
     except ImportError:
         pass
     return out
+
+
+def constant_initializers(model: Any) -> Any:
+    """``model`` without its initializers among the graph inputs: onnxruntime treats such an input as
+    overridable and folds nothing through it (no BatchNormalization into Conv), which is not how the
+    model would be deployed."""
+    inits = {t.name for t in model.graph.initializer}
+    kept = [i for i in model.graph.input if i.name not in inits]
+    del model.graph.input[:]
+    model.graph.input.extend(kept)
+    return model
+
+
+def _float16(model: Any) -> Any:
+    """onnxconverter-common's float16 form, inputs and outputs kept float32. Initializers leave the graph inputs
+    first (the converter keeps "inputs" float32 and then feeds them to float16 nodes), and the converter's
+    value_info goes (where a graph output also feeds a node it declares that node's output float16 while the node
+    reads the float32 output): both make conversions onnxruntime refuses to load."""
+    from onnxconverter_common import float16
+
+    converted = float16.convert_float_to_float16(constant_initializers(model), keep_io_types=True)
+    del converted.graph.value_info[:]
+    return converted
 
 
 def _quantize_dynamic(model: Any) -> Any:

@@ -15,7 +15,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-from svod_min.perf import agreement
+from svod_min.perf import agreement, zoo
 from svod_min.perf.bench_suite import KEYS
 from svod_min.perf.benchmarks import bench_onnx
 from svod_min.planfile.data import Expectation
@@ -330,7 +330,7 @@ def test_without_onnxruntime_every_model_gets_a_skip_row(monkeypatch: pytest.Mon
 
 
 def test_initializers_leave_the_graph_inputs() -> None:
-    model = bench_onnx.constant_initializers(_tiny_model())
+    model = zoo.constant_initializers(_tiny_model())
     assert [i.name for i in model.graph.input] == ["x"]
     assert sorted(t.name for t in model.graph.initializer) == ["b", "w"]
 

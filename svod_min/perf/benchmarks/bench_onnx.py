@@ -187,17 +187,6 @@ def light_sources() -> List[ModelSource]:
     return [(name, lambda name=name: randomized(name, seed=0)) for name in light_model_names()]
 
 
-def constant_initializers(model: Any) -> Any:
-    """``model`` without its initializers among the graph inputs: onnxruntime treats such an input as
-    overridable and folds nothing through it (no BatchNormalization into Conv), which is not how the
-    model would be deployed."""
-    inits = {t.name for t in model.graph.initializer}
-    kept = [i for i in model.graph.input if i.name not in inits]
-    del model.graph.input[:]
-    model.graph.input.extend(kept)
-    return model
-
-
 def child_env(threads: int) -> Dict[str, str]:
     """The environment of a build: this svod_min importable, its thread count fixed."""
     import svod_min
@@ -229,7 +218,7 @@ def prepare(name: str, make: Callable[[], Any], directory: str) -> Prepared:
 
     from svod_min.perf.light_models import random_inputs
 
-    model = constant_initializers(make())
+    model = zoo.constant_initializers(make())
     onnx_path = os.path.join(directory, name + ".onnx")
     onnx.save(model, onnx_path)
     ((input_name, array),) = random_inputs(model, seed=0).items()
