@@ -16,7 +16,7 @@ from typing import Dict, FrozenSet, Iterable, List, Optional, Tuple
 
 from ..config import env_str
 from ..error import ConfigError
-from ..jit_loader.arch import host_arch
+from ..jit_loader.arch import host_arch, read_cpu_flags
 
 TARGET_ENV = "SVOD_TARGET"
 CPUINFO = "/proc/cpuinfo"
@@ -102,15 +102,7 @@ def cpu_features(path: str = CPUINFO) -> FrozenSet[str]:
 
 
 def _read_cpuinfo(path: str) -> Optional[FrozenSet[str]]:
-    try:
-        with open(path) as fh:
-            for line in fh:
-                key, sep, value = line.partition(":")
-                if sep and key.strip().lower() in ("flags", "features"):
-                    return frozenset(value.split())
-    except OSError:
-        return None
-    return frozenset()
+    return read_cpu_flags(path)
 
 
 def _hwcap_features() -> FrozenSet[str]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, FrozenSet, Optional
 
 from ..error import FieldOverflow  # aarch64.py and layout.py import it from here
 
@@ -25,6 +25,21 @@ from ..error import FieldOverflow  # aarch64.py and layout.py import it from her
 def host_arch() -> str:
     """The loader's name for this machine's architecture (``x86_64``, ``aarch64``)."""
     return arch_name(os.uname().machine)
+
+
+def read_cpu_flags(path: str = "/proc/cpuinfo") -> Optional[FrozenSet[str]]:
+    """The first ``flags`` (x86) or ``Features`` (arm) line of ``path``, as a set; None where it cannot be read.
+    The one reader of the CPU's features: compile targets (compiler/targets.py) and the values kernels read
+    (rt_helpers.py) both ask it."""
+    try:
+        with open(path) as fh:
+            for line in fh:
+                key, sep, value = line.partition(":")
+                if sep and key.strip().lower() in ("flags", "features"):
+                    return frozenset(value.split())
+    except OSError:
+        return None
+    return frozenset()
 
 
 def arch_name(machine: str) -> str:

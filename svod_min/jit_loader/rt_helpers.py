@@ -8,6 +8,9 @@ so such an object (tinygrad's half kernels) would not load. :data:`HELPERS_C` de
 architecture's ``runtime.o`` beside the native replay runner, and :func:`helper_address` maps that
 object once and answers for these names only after the host libraries had no answer.
 
+``svod_int8_isa`` (weak in the int8 GEMM, onnx/kernels/templates/qgemm.c.j2) says which VNNI forms this CPU runs,
+from ``/proc/cpuinfo``'s flags (:func:`int8_isa`); ``SVOD_INT8_VNNI=0`` makes it 0, the portable path.
+
 ``svod_stream_bytes`` (weak in the kernels' prelude) is the output size from which elementwise
 kernels write with streaming stores on x86-64: half the last-level cache (an add's two inputs and
 its output then no longer fit in it, so keeping the output in cache buys nothing),
@@ -20,19 +23,23 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, FrozenSet, List, Optional
 
 from .. import resources
-from ..config import env_int
-from .arch import host_arch
+from ..config import env_flag, env_int
+from .arch import host_arch, read_cpu_flags
 
 #: Functions of the prebuilt runtime object.
 RUNTIME_NAMES = frozenset({"__gnu_h2f_ieee", "__gnu_f2h_ieee"})
 #: Variables svod_min defines per process for the kernels it loads.
-TUNABLE_NAMES = frozenset({"svod_stream_bytes"})
+TUNABLE_NAMES = frozenset({"svod_stream_bytes", "svod_int8_isa"})
 #: Every undefined name a kernel may use besides the host libraries'.
 HELPER_NAMES = RUNTIME_NAMES | TUNABLE_NAMES
 STREAM_BYTES_ENV = "SVOD_STREAM_BYTES"
+#: Off: the int8 GEMM (onnx/kernels/templates/qgemm.c.j2) takes its portable C path on every CPU.
+INT8_VNNI_ENV = "SVOD_INT8_VNNI"
+#: svod_int8_isa's bits and the /proc/cpuinfo flags each needs: AVX512-VNNI on zmm, AVX-VNNI on ymm.
+INT8_ISA_BITS = ((1, ("avx512_vnni", "avx512bw", "avx512vl", "avx512f")), (2, ("avx_vnni", "avx2")))
 DEFAULT_STREAM_BYTES = 16 << 20
 #: Where Linux lists cpu0's caches (index0, index1...: type, size, level).
 CACHE_DIR = "/sys/devices/system/cpu/cpu0/cache"
@@ -100,6 +107,8 @@ def loaded_runtime(load: Callable[[bytes], Any]) -> Any:
 def helper_address(name: str, load: Callable[[bytes], Any]) -> int:
     """Address of helper ``name`` (in the runtime object, or a tunable); 0 when ``name`` is no helper
     or no runtime object ships."""
+    if name == "svod_int8_isa":
+        return ctypes.addressof(_int8_isa())
     if name in TUNABLE_NAMES:
         return ctypes.addressof(_stream_bytes())
     if name not in RUNTIME_NAMES:
@@ -118,6 +127,38 @@ def _stream_bytes() -> ctypes.c_int64:
         if _stream_limit is None:
             _stream_limit = ctypes.c_int64(env_int(STREAM_BYTES_ENV, default_stream_bytes(), minimum=0))
         return _stream_limit
+
+
+_int8_isa_value: Optional[ctypes.c_int64] = None
+
+
+def _int8_isa() -> ctypes.c_int64:
+    global _int8_isa_value
+    with _stream_lock:
+        if _int8_isa_value is None:
+            _int8_isa_value = ctypes.c_int64(int8_isa())
+        return _int8_isa_value
+
+
+def set_int8_isa(bits: int) -> int:
+    """Set svod_int8_isa for the kernels of this process (tests force each path with it; a bit the CPU lacks makes
+    the int8 GEMM fault); returns the value it had."""
+    value = _int8_isa()
+    old = int(value.value)
+    value.value = int(bits)
+    return old
+
+
+def int8_isa(flags: Optional[FrozenSet[str]] = None) -> int:
+    """svod_int8_isa for this host (or for ``flags``): the bits of INT8_ISA_BITS whose /proc/cpuinfo flags it
+    has, 0 on other architectures, where the flags cannot be read, or with SVOD_INT8_VNNI off."""
+    if not env_flag(INT8_VNNI_ENV, True):
+        return 0
+    if flags is None:
+        if host_arch() != "x86_64":
+            return 0
+        flags = read_cpu_flags() or frozenset()
+    return sum(bit for bit, need in INT8_ISA_BITS if all(f in flags for f in need))
 
 
 def default_stream_bytes() -> int:
@@ -172,13 +213,17 @@ def _runtime_bytes() -> Optional[bytes]:
 __all__ = [
     "HELPERS_C",
     "HELPER_NAMES",
+    "INT8_ISA_BITS",
+    "INT8_VNNI_ENV",
     "RUNTIME_NAMES",
     "RUNTIME_OBJECT",
     "STREAM_BYTES_ENV",
     "TUNABLE_NAMES",
     "default_stream_bytes",
     "helper_address",
+    "int8_isa",
     "loaded_runtime",
+    "set_int8_isa",
     "set_stream_bytes",
     "stream_bytes",
 ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
-from onnx import helper
+from onnx import helper, numpy_helper
 
 #: The integer dtypes folded here (QuantizeLinear: the first four; DequantizeLinear all: int4/uint4 weights, ml_dtypes'
 #: types in numpy, fold only here, the run-time kernels take none); others stay nodes the op table checks.
@@ -81,3 +81,109 @@ def _scale_and_zero_point(
     shape = [1] * x.ndim
     shape[axis] = scale.size
     return scale.reshape(shape), zp.reshape(shape)
+
+
+def fuse_qdq_matmul(model: Any) -> int:
+    """Rewrite each QDQ MatMul group, the form ``quantize_static`` writes, into one QLinearMatMul on the integer
+    tensors (ops/quant_integer.py lowers it onto the int8 GEMM): ``MatMul(DequantizeLinear(a_q),
+    DequantizeLinear(b_q))`` whose only reader is a ``QuantizeLinear`` (per tensor) becomes ``QLinearMatMul(a_q,
+    ..., b_q, ..., y_scale, y_zero_point)`` writing that QuantizeLinear's output. a's dequantization per tensor;
+    b's per tensor or, for a constant 2-D b, per column (axis 1 of [K, N]). The sums are exact in int32 and
+    requantized once, as onnxruntime computes the group when its QDQ transformations fuse it (where it computes in
+    float instead, a result may round one quantum the other way). DequantizeLinear nodes no one reads any more
+    are dropped. Returns how many groups were rewritten."""
+    graph = model.graph
+    inits = {t.name: t for t in graph.initializer}
+    producer = {o: n for n in graph.node for o in n.output if o}
+    readers: Dict[str, int] = {}
+    for n in graph.node:
+        for i in n.input:
+            readers[i] = readers.get(i, 0) + 1
+    outputs = {o.name for o in graph.output}
+    for o in outputs:
+        readers[o] = readers.get(o, 0) + 1
+    reader_of = {i: n for n in graph.node for i in n.input if i}
+    fused: List[Tuple[Any, Any, Any]] = []
+    for node in graph.node:
+        if node.op_type != "MatMul" or len(node.input) != 2 or readers.get(node.output[0], 0) != 1:
+            continue
+        q = reader_of.get(node.output[0])
+        if q is None or q.op_type != "QuantizeLinear" or node.output[0] in outputs:
+            continue
+        da, db = producer.get(node.input[0]), producer.get(node.input[1])
+        args = [_dq_args(da, inits, False), _dq_args(db, inits, True), _q_args(q, inits)]
+        if any(a is None for a in args):
+            continue
+        fused.append((node, q, args))
+    if not fused:
+        return 0
+    drop = set()
+    for node, q, (a_args, b_args, y_args) in fused:
+        ins = []
+        for data, scale, zp, dtype in (a_args, b_args):
+            if not zp:  # QLinearMatMul takes every zero point
+                zp = "%s~zero_point_%s" % (q.output[0], data)
+                graph.initializer.append(numpy_helper.from_array(np.zeros((), dtype), zp))
+            ins += [data, scale, zp]
+        ins += list(y_args)
+        new = helper.make_node("QLinearMatMul", ins, [q.output[0]], name=(node.name or q.output[0]) + "~qlinear")
+        node.CopyFrom(new)
+        drop.add(id(q))
+    keep = [n for n in graph.node if id(n) not in drop]
+    del graph.node[:]
+    graph.node.extend(keep)
+    _drop_unread_dequantize(graph)
+    return len(fused)
+
+
+def _dq_args(node: Any, inits: Dict[str, Any], may_be_per_column: bool) -> Optional[Tuple[str, str, str, Any]]:
+    """(data, scale, zero point or "", integer dtype) of a DequantizeLinear QLinearMatMul can take, else None."""
+    if node is None or node.op_type != "DequantizeLinear" or node.input[1] not in inits:
+        return None
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    zp = node.input[2] if len(node.input) > 2 else ""
+    if attrs.get("block_size", 0) or (zp and zp not in inits):
+        return None
+    scale = numpy_helper.to_array(inits[node.input[1]])
+    data = node.input[0]
+    if not zp and data not in inits:  # the zero point's dtype is x's, unknown here
+        return None
+    xtype = helper.tensor_dtype_to_np_dtype(inits[data].data_type) if data in inits else None
+    zpv = numpy_helper.to_array(inits[zp]) if zp else np.zeros((), xtype)
+    if scale.dtype != np.float32 or zpv.dtype.name not in ("int8", "uint8") or zpv.size != scale.size:
+        return None
+    if scale.size != 1:
+        w = inits.get(data)
+        if not may_be_per_column or w is None or len(w.dims) != 2 or scale.shape != (w.dims[1],):
+            return None
+        if int(attrs.get("axis", 1)) not in (1, -1):
+            return None
+    elif scale.ndim > 1:
+        return None
+    if xtype is not None and xtype != zpv.dtype:
+        return None
+    return data, node.input[1], zp, zpv.dtype
+
+
+def _q_args(node: Any, inits: Dict[str, Any]) -> Optional[Tuple[str, str]]:
+    """(y_scale, y_zero_point) of a per-tensor QuantizeLinear to int8/uint8 with constant parameters, else None."""
+    if len(node.input) < 3 or node.input[1] not in inits or node.input[2] not in inits:
+        return None
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    if attrs.get("output_dtype", 0) or attrs.get("block_size", 0) or not attrs.get("saturate", 1):
+        return None
+    scale, zp = (numpy_helper.to_array(inits[n]) for n in node.input[1:3])
+    if scale.dtype != np.float32 or scale.size != 1 or zp.size != 1 or zp.dtype.name not in ("int8", "uint8"):
+        return None
+    return node.input[1], node.input[2]
+
+
+def _drop_unread_dequantize(graph: Any) -> None:
+    """Drop DequantizeLinear nodes whose outputs nothing reads (a group's, once rewritten), repeatedly."""
+    while True:
+        read = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
+        keep = [n for n in graph.node if n.op_type != "DequantizeLinear" or n.output[0] in read]
+        if len(keep) == len(graph.node):
+            return
+        del graph.node[:]
+        graph.node.extend(keep)

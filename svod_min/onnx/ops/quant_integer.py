@@ -21,6 +21,7 @@ from ..frontend.table import ANY, register
 from ..geometry import broadcast_strides
 from ..kernels.arith import DTYPES, Arith
 from ..kernels.elementwise import elementwise
+from ..kernels.qgemm import GemmShape, int8_gemm, int8_pack, pack_b, packed_sizes
 from ..kernels.quant_integer import MatMulShape, int_conv, int_matmul
 from .lowering import Lowering
 from .window import PAD_MODES, geometry
@@ -176,6 +177,9 @@ def lower_int_matmul(L: Lowering, node: Node) -> None:
         scales = [_float32(L, node.inputs[i]) for i in (1, 4, 6)]
         scol = _column_layout(_shape(L.graph, scales[1]), b2, batch) or scol
     m, k, n = a2[-2], a2[-1], b2[-1]
+    if L.value(za).size == 1 and not any(bcol[0]) and not any(scol[0]):
+        _lower_int8_gemm(L, node, a2, b2, batch, (za, zb), scales, (bcol[1], scol[1]))
+        return
     shape = MatMulShape(
         m,
         k,
@@ -201,6 +205,51 @@ def lower_int_matmul(L: Lowering, node: Node) -> None:
     if qlinear:
         buffers += [scales[0], scales[1], scales[2], node.inputs[7]]
     L.source(int_matmul(shape, adt, bdt, ydt), buffers)
+
+
+def _lower_int8_gemm(
+    L: Lowering,
+    node: Node,
+    a2: Tuple[int, ...],
+    b2: Tuple[int, ...],
+    batch: Tuple[int, ...],
+    zps: Tuple[str, str],
+    scales: list,
+    per_column: Tuple[int, int],
+) -> None:
+    """The tiled int8 GEMM (kernels/qgemm.py: VNNI where the CPU has it), for a's zero point per tensor and b's
+    zero point and scale per tensor or per column alike in every batch: B packed at build when it is a constant,
+    by a run-time kernel otherwise."""
+    qlinear = node.op == "QLinearMatMul"
+    pos = QLINEAR if qlinear else INTEGER
+    a, b, y = node.inputs[pos["a"][0]], node.inputs[pos["b"][0]], node.outputs[0]
+    adt, bdt, ydt = L.value(a).dtype, L.value(b).dtype, L.value(y).dtype
+    m, k, n = a2[-2], a2[-1], b2[-1]
+    b_batches = int(np.prod(b2[:-2])) if len(b2) > 2 else 1
+    bv = L.value(b)
+    if bv.const is not None:
+        packed, sums = pack_b(np.asarray(bv.const).reshape(b_batches, k, n))
+        bp, bsum = L.const(packed, y + "~packed_b"), L.const(sums, y + "~packed_b_sums")
+    else:
+        np_, ns = packed_sizes(k, n, b_batches)
+        bp, bsum = L.temp((np_,), "int8", "packed_b"), L.temp((ns,), "int32", "packed_b_sums")
+        L.source(int8_pack(k, n, b_batches, bdt), [bp, bsum, b], outputs=(0, 1))
+    shape = GemmShape(
+        m,
+        k,
+        n,
+        batch,
+        tuple(s * m * k for s in broadcast_strides(a2[:-2], batch)),
+        tuple(broadcast_strides(b2[:-2], batch)),
+        b_batches,
+        per_column[0],
+        per_column[1],
+        (L.value(a).size, L.value(zps[1]).size, L.value(scales[1]).size if qlinear else 1),
+    )
+    buffers = [y, a, bp, bsum, zps[0], zps[1]]
+    if qlinear:
+        buffers += [scales[0], scales[1], scales[2], node.inputs[7]]
+    L.source(int8_gemm(shape, adt, bdt, ydt), buffers)
 
 
 def _conv_check(graph: Graph, node: Node) -> Optional[str]:

@@ -1,0 +1,137 @@
+"""The int8 GEMM of MatMulInteger and QLinearMatMul (``templates/qgemm.c.j2``): u8 x s8 products summed in int32,
+with AVX512-VNNI or AVX-VNNI where the CPU has them (chosen per call from ``svod_int8_isa``, which svod_min's loader
+sets from ``/proc/cpuinfo``) and portable C elsewhere; B packed into 16-column blocks of 4-byte K groups, at build
+for a constant B (:func:`pack_b`) or by a run-time kernel (``templates/qpack.c.j2``) for another."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Tuple
+
+import numpy as np
+
+from .ckernel import CKernel, make_kernel, render, share
+from .quant import QUANT_TYPES
+
+#: Rows of A per tile, and 16-column blocks of B per panel (MR x NR zmm sums: 24 of the 32 registers).
+MR, NR = 6, 4
+PANEL_COLUMNS = NR * 16
+
+
+@dataclass(frozen=True)
+class GemmShape:
+    """out[batch..., M, N] from a[..., M, K] and packed B. ``bd``: the output's batch dims; ``sa``: A's element
+    stride per batch dim, ``sp``: the packed B's per batch dim (in whole packed matrices; 0 where one repeats);
+    ``b_batches``: how many matrices B holds; ``bzn``/``bsn``: b's zero point's and scale's stride per column
+    (0: per tensor); ``sizes``: the element counts of a, b's zero point and b's scale."""
+
+    m: int
+    k: int
+    n: int
+    bd: Tuple[int, ...]
+    sa: Tuple[int, ...]
+    sp: Tuple[int, ...]
+    b_batches: int
+    bzn: int
+    bsn: int
+    sizes: Tuple[int, int, int]
+
+
+def panels(n: int) -> int:
+    return -(-n // PANEL_COLUMNS)
+
+
+def k_groups(k: int) -> int:
+    return -(-k // 4)
+
+
+def panel_bytes(k: int) -> int:
+    return k_groups(k) * NR * 64
+
+
+def packed_sizes(k: int, n: int, batches: int) -> Tuple[int, int]:
+    """Element counts of the packed B (int8) and its column sums (int32)."""
+    return batches * panels(n) * panel_bytes(k), batches * panels(n) * PANEL_COLUMNS
+
+
+def pack_b(b: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """B ([batches, K, N], int8 or uint8) packed as the kernel reads it, w' = w (int8) or w - 128 (uint8), with
+    each column's sum of w' over k (int32, one per packed column)."""
+    batches, k, n = b.shape
+    w = b.astype(np.int16) - (128 if b.dtype == np.uint8 else 0)
+    k4, p = k_groups(k), panels(n)
+    full = np.zeros((batches, k4 * 4, p * PANEL_COLUMNS), np.int16)
+    full[:, :k, :n] = w
+    # [batch, k4, 4, panel, nr, 16] -> [batch, panel, k4, nr, 16, 4]
+    packed = full.reshape(batches, k4, 4, p, NR, 16).transpose(0, 3, 1, 4, 5, 2).astype(np.int8)
+    sums = full.sum(axis=1, dtype=np.int64).astype(np.int32)
+    return packed.reshape(-1), sums.reshape(-1)
+
+
+def _flips(a: str, b: str) -> dict:
+    flip = 0x80808080 if a == "int8" else 0
+    return dict(flip=flip, flip_byte=0x80 if a == "int8" else 0, flip_b=b == "uint8")
+
+
+def int8_gemm(s: GemmShape, a: str, b: str, y: str) -> CKernel:
+    """MatMulInteger (``y`` "int32") or QLinearMatMul (``y`` int8/uint8) of ``a`` by packed B (of dtype ``b``).
+    Buffers: out, a, packed B, its column sums, a's zero point (per tensor), b's zero point, then for QLinearMatMul
+    a_scale, b_scale, y_scale, y's zero point (float32 scales)."""
+    qlinear = y != "int32"
+    batch = int(np.prod(s.bd)) if s.bd else 1
+    mb = -(-s.m // MR)
+    items = batch * mb
+    chunks, per = share(items, MR * s.k * s.n)
+    _, lo, hi = QUANT_TYPES[y]
+    body = render(
+        "qgemm.c.j2",
+        A=QUANT_TYPES[a][0],
+        B=QUANT_TYPES[b][0],
+        Y=QUANT_TYPES[y][0],
+        qlinear=qlinear,
+        lo=lo,
+        hi=hi,
+        M=s.m,
+        K=s.k,
+        N=s.n,
+        K4=k_groups(s.k),
+        MR=MR,
+        NR=NR,
+        MB=mb,
+        items=items,
+        per=per,
+        panels=panels(s.n),
+        panel_bytes=panel_bytes(s.k),
+        bd=list(s.bd),
+        sa=list(s.sa),
+        sp=list(s.sp),
+        bzn=s.bzn,
+        bsn=s.bsn,
+        **_flips(a, b),
+    )
+    packed, sums = packed_sizes(s.k, s.n, s.b_batches)
+    extents = [batch * s.m * s.n, s.sizes[0], packed, sums, 1, s.sizes[1]]
+    if qlinear:
+        extents += [1, s.sizes[2], 1, 1]
+    return make_kernel("qgemm" if qlinear else "gemmint", body, extents, chunks, flops=2 * batch * s.m * s.n * s.k)
+
+
+def int8_pack(k: int, n: int, batches: int, b: str) -> CKernel:
+    """B (``batches`` matrices [K, N] of dtype ``b``) packed at run time. Buffers: packed B, column sums, B."""
+    items = batches * panels(n)
+    chunks, per = share(items, PANEL_COLUMNS * k)
+    body = render(
+        "qpack.c.j2",
+        B=QUANT_TYPES[b][0],
+        K=k,
+        N=n,
+        K4=k_groups(k),
+        NR=NR,
+        items=items,
+        per=per,
+        panels=panels(n),
+        panel_bytes=panel_bytes(k),
+        flip_byte=0x80 if b == "uint8" else 0,
+    )
+    packed, sums = packed_sizes(k, n, batches)
+    return make_kernel("qpack", body, [packed, sums, batches * k * n], chunks)

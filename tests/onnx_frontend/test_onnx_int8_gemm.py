@@ -1,0 +1,230 @@
+"""The int8 GEMM (onnx/kernels/qgemm.py, templates/qgemm.c.j2) on every path it has: AVX512-VNNI (zmm), AVX-VNNI
+(ymm) and portable C, each forced (svod_int8_isa through rt_helpers.set_int8_isa, the compile target through
+SVOD_TARGET), on shapes whose M, K and N are no multiples of the tile (6 rows, 4-byte K groups, 64-column panels),
+int8 and uint8 on either side, zero points per tensor and per column, B constant (packed at build) and run-time
+(packed by a kernel, batched and broadcast): MatMulInteger against numpy's int64 sums, QLinearMatMul bit for bit
+against onnxruntime. Then the QDQ MatMul groups the front end rewrites into QLinearMatMul (frontend/quant_fold.py):
+a hand-built graph (per-column int8 weights, and activation x activation as attention has it) within one quantum
+of onnxruntime, and what is left alone."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Tuple
+
+import pytest
+
+np = pytest.importorskip("numpy")
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from support.onnx_models import build_and_load, run_ort, typed_model  # noqa: E402
+
+from svod_min.compiler.targets import cpu_features  # noqa: E402
+from svod_min.jit_loader.arch import host_arch  # noqa: E402
+from svod_min.jit_loader.rt_helpers import int8_isa, set_int8_isa  # noqa: E402
+
+ELEM = {"int8": TensorProto.INT8, "uint8": TensorProto.UINT8, "float32": TensorProto.FLOAT}
+RNG = np.random.default_rng(4242)
+X86 = host_arch() == "x86_64"
+HAS_AVX512 = X86 and {"avx512f", "avx512bw"} <= cpu_features()
+HAS_AVX2 = X86 and "avx2" in cpu_features()
+
+
+def _ints(dtype: str, shape: List[int]) -> Any:
+    info = np.iinfo(dtype)
+    return RNG.integers(int(info.min), int(info.max) + 1, shape).astype(dtype)
+
+
+#: MatMulInteger cases: (A shape, A dtype, B shape, B dtype, B constant, a's zero point, b's zero point per column)
+CASES = [
+    ([1, 1], "uint8", [1, 1], "int8", True, False, False),
+    ([7, 5], "uint8", [5, 17], "int8", True, True, True),
+    ([13, 67], "int8", [67, 65], "uint8", True, True, False),
+    ([2, 3, 6, 8], "uint8", [3, 8, 64], "int8", False, True, False),
+    ([2, 1, 5, 9], "int8", [3, 9, 33], "int8", False, False, True),
+    ([1, 12, 130], "uint8", [130, 70], "uint8", False, True, True),
+    ([10], "uint8", [10, 3], "int8", True, True, False),
+]
+
+
+def _graph() -> Tuple[Any, Dict[str, Any], Dict[str, Any], List[Any]]:
+    """One model holding every case (one build): MatMulInteger outputs y0..., QLinearMatMul outputs q0...."""
+    nodes, feeds, consts, refs = [], {}, {}, []
+    for i, (ash, adt, bsh, bdt, const_b, za, zb_col) in enumerate(CASES):
+        a, b = _ints(adt, ash), _ints(bdt, bsh)
+        zav = _ints(adt, []) if za else np.zeros((), adt)
+        zbv = _ints(bdt, [bsh[-1]] if zb_col else [])
+        feeds["a%d" % i] = a
+        (consts if const_b else feeds)["b%d" % i] = b
+        consts.update({"za%d" % i: zav, "zb%d" % i: zbv})
+        ins = ["a%d" % i, "b%d" % i, "za%d" % i if za else "", "zb%d" % i]
+        nodes.append(helper.make_node("MatMulInteger", ins, ["y%d" % i]))
+        refs.append(np.matmul(a.astype(np.int64) - zav, b.astype(np.int64) - zbv))
+    # QLinearMatMul: per-column b scale and zero point, the dtype pairings onnxruntime takes, a y scale small
+    # enough to saturate
+    for i, (m, k, n, adt, bdt, ydt) in enumerate(
+        [
+            (7, 70, 65, "uint8", "int8", "uint8"),
+            (13, 5, 17, "int8", "int8", "int8"),
+            (4, 130, 3, "uint8", "uint8", "uint8"),
+        ]
+    ):
+        p = "q%d_" % i
+        feeds[p + "a"] = _ints(adt, [m, k])
+        consts.update(
+            {
+                p + "as": np.array(0.02, np.float32),
+                p + "az": _ints(adt, []),
+                p + "b": _ints(bdt, [k, n]),
+                p + "bs": RNG.uniform(0.005, 0.03, [n]).astype(np.float32),
+                p + "bz": _ints(bdt, [n]),
+                p + "ys": np.array(0.4 * np.sqrt(k), np.float32),
+                p + "yz": _ints(ydt, []),
+            }
+        )
+        ins = [p + s for s in ("a", "as", "az", "b", "bs", "bz", "ys", "yz")]
+        nodes.append(helper.make_node("QLinearMatMul", ins, ["q%d" % i]))
+    outputs = ["y%d" % i for i in range(len(CASES))] + ["q0", "q1", "q2"]
+    inputs = [(name, list(v.shape), ELEM[v.dtype.name]) for name, v in feeds.items()]
+    # onnxruntime refuses per-column b zero points of MatMulInteger: it checks the QLinearMatMul nodes alone
+    qfeeds = {k: v for k, v in feeds.items() if k.startswith("q")}
+    qinputs = [(name, list(v.shape), ELEM[v.dtype.name]) for name, v in qfeeds.items()]
+    qconsts = {k: v for k, v in consts.items() if k.startswith("q")}
+    want = run_ort(typed_model(nodes[len(CASES) :], qinputs, outputs[len(CASES) :], 13, qconsts), qfeeds)
+    return typed_model(nodes, inputs, outputs, 13, consts), feeds, want, refs
+
+
+def _paths() -> List[Tuple[str, int]]:
+    """(compile target, svod_int8_isa bits) pairs this host runs: each of the kernel's three ways."""
+    if not X86:
+        return [("", 0)]
+    have = int8_isa()
+    paths = [("x86_64", 0)]
+    if HAS_AVX2:
+        paths += [("x86_64-v3", 0)] + ([("x86_64-v3", 2)] if have & 2 else [])
+    if HAS_AVX512:
+        paths += [("x86_64-v4", 0)] + [("x86_64-v4", b) for b in (1, 2) if have & b]
+    return paths
+
+
+def test_int8_gemm_every_path_and_remainder(tmp_path: Any, monkeypatch: Any) -> None:
+    from svod_min import load_model
+    from svod_min.onnx import build_onnx
+
+    model, feeds, want, refs = _graph()
+    path = str(tmp_path / "g.onnx")
+    onnx.save(model, path)
+    targets = sorted({t for t, _ in _paths() if t})
+    bundle = str(tmp_path / "g.svod")
+    if targets:
+        build_onnx(path, bundle, targets=targets, expect=False)
+    else:
+        build_and_load(model, str(tmp_path), "g")
+    seen = []
+    for target, bits in _paths():
+        if target:
+            monkeypatch.setenv("SVOD_TARGET", target)
+        old = set_int8_isa(bits)
+        try:
+            got = load_model(bundle if targets else str(tmp_path / "g.svod")).run(feeds)
+        finally:
+            set_int8_isa(old)
+        for i, ref in enumerate(refs):
+            np.testing.assert_array_equal(got["y%d" % i], ref.astype(np.int32), err_msg="%s %d y%d" % (target, bits, i))
+        for i in range(3):
+            np.testing.assert_array_equal(got["q%d" % i], want[i], err_msg="%s %d q%d" % (target, bits, i))
+        seen.append((target, bits))
+    assert len(seen) == len(_paths())
+    q = [got["q%d" % i] for i in range(3)]
+    assert any(((v == np.iinfo(v.dtype).min) | (v == np.iinfo(v.dtype).max)).any() for v in q)
+
+
+def test_isa_bits_follow_cpuinfo_flags(monkeypatch: Any) -> None:
+    assert int8_isa(frozenset({"avx512_vnni", "avx512bw", "avx512vl", "avx512f", "avx_vnni", "avx2"})) == 3
+    assert int8_isa(frozenset({"avx_vnni", "avx2"})) == 2
+    assert int8_isa(frozenset({"avx512f", "avx512bw", "avx512vl", "avx2"})) == 0  # AVX-512 without VNNI
+    monkeypatch.setenv("SVOD_INT8_VNNI", "0")
+    assert int8_isa(frozenset({"avx_vnni", "avx2"})) == 0
+
+
+def _q(x: str, y: str, s: str, z: str) -> Any:
+    return helper.make_node("QuantizeLinear", [x, s, z], [y])
+
+
+def _dq(x: str, y: str, s: str, z: str, **attrs: Any) -> Any:
+    return helper.make_node("DequantizeLinear", [x, s, z], [y], **attrs)
+
+
+def _qdq_model(act: str) -> Tuple[Any, float]:
+    """x [1, 9, 70] -> Q/DQ -> MatMul by a per-column int8 weight [70, 37] -> Q/DQ (h), then h x h^T (both Q/DQ
+    activations, as attention's scores) -> Q/DQ -> y; ``act``: the activations' dtype."""
+    kdt = np.dtype(act)
+    w = RNG.normal(0, 0.2, [70, 37]).astype(np.float32)
+    ws = (np.abs(w).max(axis=0) / 127).astype(np.float32)
+    consts = {
+        "sx": np.array(0.03, np.float32),
+        "zx": np.array(128 if act == "uint8" else 3, kdt),
+        "wq": np.clip(np.rint(w / ws), -127, 127).astype(np.int8),
+        "ws": ws,
+        "wz": np.zeros([37], np.int8),
+        "sh": np.array(0.05, np.float32),
+        "zh": np.array(120 if act == "uint8" else -5, kdt),
+        "sy": np.array(0.5, np.float32),
+        "zy": np.array(10 if act == "uint8" else 0, kdt),
+    }
+    nodes = [
+        _q("x", "xq", "sx", "zx"),
+        _dq("xq", "xd", "sx", "zx"),
+        _dq("wq", "wd", "ws", "wz", axis=1),
+        helper.make_node("MatMul", ["xd", "wd"], ["h"]),
+        _q("h", "hq", "sh", "zh"),
+        _dq("hq", "hd", "sh", "zh"),
+        helper.make_node("Transpose", ["hq"], ["hqt"], perm=[0, 2, 1]),
+        _dq("hqt", "hdt", "sh", "zh"),
+        helper.make_node("MatMul", ["hd", "hdt"], ["s"]),
+        _q("s", "sq", "sy", "zy"),
+        _dq("sq", "y", "sy", "zy"),
+    ]
+    return typed_model(nodes, [("x", [1, 9, 70], TensorProto.FLOAT)], ["y"], 13, consts), 0.5
+
+
+@pytest.mark.parametrize("act", ["uint8", "int8"])
+def test_qdq_matmul_groups_run_as_int8_gemm(act: str, tmp_path: Any) -> None:
+    from svod_min.onnx.frontend.quant_fold import fuse_qdq_matmul
+
+    model, quantum = _qdq_model(act)
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    assert fuse_qdq_matmul(copy) == 2
+    ops = [n.op_type for n in copy.graph.node]
+    assert ops.count("QLinearMatMul") == 2 and "MatMul" not in ops
+    assert ops.count("DequantizeLinear") == 1  # the output's; the groups' own are gone
+    svod = build_and_load(model, str(tmp_path), "qdq")
+    for seed in range(3):
+        x = np.random.default_rng(seed).normal(0, 1, [1, 9, 70]).astype(np.float32)
+        want = run_ort(model, {"x": x})[0]
+        got = svod.run({"x": x})["y"]
+        assert np.max(np.abs(got.astype(np.float64) - want)) <= quantum * 1.0001
+
+
+def test_groups_left_alone() -> None:
+    """A MatMul whose result something else reads too, or whose weight is dequantized per row (not per column),
+    stays a float MatMul between its DequantizeLinear and QuantizeLinear nodes."""
+    from svod_min.onnx.frontend.quant_fold import fuse_qdq_matmul
+
+    model, _ = _qdq_model("uint8")
+    g = model.graph
+    g.node.append(helper.make_node("Relu", ["h"], ["h2"]))
+    g.output.append(helper.make_tensor_value_info("h2", TensorProto.FLOAT, None))
+    for n in g.node:
+        if n.output[0] == "wd":
+            n.CopyFrom(_dq("wq", "wd", "ws70", "wz70", axis=0))
+    g.initializer.extend(
+        [
+            numpy_helper.from_array(np.full([70], 0.01, np.float32), "ws70"),
+            numpy_helper.from_array(np.zeros([70], np.int8), "wz70"),
+        ]
+    )
+    assert fuse_qdq_matmul(model) == 1  # only h x h^T
+    assert [n.op_type for n in model.graph.node].count("MatMul") == 1
