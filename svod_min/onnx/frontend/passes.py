@@ -109,6 +109,8 @@ def _affine_of(graph: Graph, node: Node) -> Optional[Tuple[str, np.ndarray, np.n
         x = node.inputs[0]
         if not all(graph.is_const(n) for n in node.inputs[1:5]) or len(graph.values[x].shape) < 2:
             return None
+        if node.attrs.get("training_mode", 0) or len(node.outputs) > 1:
+            return None  # training (before opset 14: the training outputs) normalises by the batch's statistics
         gamma, beta, mean, var = (graph.const(n).astype(np.float64) for n in node.inputs[1:5])
         s = gamma / np.sqrt(var + float(node.attrs.get("epsilon", 1e-5)))
         return x, s.astype(np.float32), (beta - mean * s).astype(np.float32)

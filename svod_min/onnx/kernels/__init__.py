@@ -13,6 +13,7 @@ kernel for every target at build time.
 - :mod:`.conv`: direct, depthwise, im2col, ConvTranspose's gather and col2im.
 - :mod:`.pool`: MaxPool / AveragePool in two passes, and per output.
 - :mod:`.norm`: Softmax / LogSoftmax, LRN, InstanceNormalization.
+- :mod:`.batch_norm`: BatchNormalization with statistics fed at run time or the batch's own (training_mode=1).
 - :mod:`.reduce`: the reductions the library lacks, ArgMax / ArgMin.
 - :mod:`.resize`: Resize's per-axis taps and 2-D nearest.
 - :mod:`.rnn`: LSTM and GRU, one kernel looping over time.

@@ -3,8 +3,9 @@ plan ops through :class:`.lowering.Lowering` (library kernels, generated kernels
 
 - :mod:`.lowering`: the plan document being built (ops, kernels, aliases, the arena planned by liveness).
 - :mod:`.window`: a Conv's or pool's window from its node (pads, auto_pad, :class:`~..geometry.ConvGeom`).
-- :mod:`.conv`, :mod:`.conv_transpose`, :mod:`.pool`, :mod:`.matmul`, :mod:`.norm`, :mod:`.reduce`,
-  :mod:`.elementwise`, :mod:`.cast`, :mod:`.shape` (with Gather), :mod:`.resize`, :mod:`.rnn`, :mod:`.quant`
+- :mod:`.conv`, :mod:`.conv_transpose`, :mod:`.pool`, :mod:`.matmul`, :mod:`.norm`,
+  :mod:`.batch_norm`, :mod:`.reduce`, :mod:`.elementwise`, :mod:`.cast`, :mod:`.shape` (with Gather), :mod:`.resize`,
+  :mod:`.rnn`, :mod:`.quant`
   (QuantizeLinear, DequantizeLinear), :mod:`.quant_integer` (MatMulInteger, ConvInteger, QLinearMatMul,
   QLinearConv): the ONNX ops by family.
 - :mod:`.clip` (Clip on every dtype, bounds constant or fed at run time), :mod:`.along_axis` (CumSum, Hardmax,

@@ -1,6 +1,6 @@
-"""Normalisations: BatchNormalization (folded by the passes, else a per-channel affine), LayerNormalization (library;
-generated C where its Mean or InvStdDev output is read), Softmax / LogSoftmax, LRN and InstanceNormalization
-(generated C)."""
+"""Normalisations: LayerNormalization (library; generated C where its Mean or InvStdDev output is read), Softmax /
+LogSoftmax, LRN and InstanceNormalization (generated C). BatchNormalization is registered here, lowered by
+:mod:`.batch_norm`."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from ..frontend.ir import Graph, Node, normalize_axis
 from ..frontend.table import ANY, one_of, register
 from ..kernels import norm as norm_kernels
 from ..kernels.layer_norm import layer_norm_stats
+from . import batch_norm
 from .lowering import F32, Lowering
 
 
@@ -31,29 +32,17 @@ def lower_lrn(L: Lowering, node: Node) -> None:
     L.source(kernel, [node.outputs[0], node.inputs[0]])
 
 
-def _bn_check(graph: Graph, node: Node) -> Optional[str]:
-    if node.attrs.get("training_mode", 0):
-        return "training_mode=1 (inference only)"
-    if any(o for o in node.outputs[1:]):
-        return "the training outputs (mean, var, saved statistics)"
-    if not all(graph.is_const(n) for n in node.inputs[1:5]):
-        return "scale, bias, mean and var must be constants"
-    return None
-
-
-@register(
+register(
     ["BatchNormalization"],
-    "inference; folded into the Conv/Gemm before it, else one per-channel scale+shift kernel",
-    check=_bn_check,
+    batch_norm.NOTE,
+    check=batch_norm.bn_check,
     epsilon=ANY,
     momentum=ANY,
     spatial=one_of(1),
     is_test=ANY,
-    training_mode=one_of(0),
+    training_mode=one_of(0, 1),
     consumed_inputs=ANY,
-)
-def lower_batchnorm(L: Lowering, node: Node) -> None:
-    raise AssertionError("BatchNormalization with constant statistics is an svod.Affine after the passes")
+)(batch_norm.lower_batchnorm)
 
 
 @register(
