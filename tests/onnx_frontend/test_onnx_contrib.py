@@ -211,8 +211,11 @@ def test_rewrite_leaves_no_contrib_node(tmp_path: Any) -> None:
 
 
 def test_unsupported_contrib_op_refused_by_name(tmp_path: Any) -> None:
-    nodes = [helper.make_node("Attention", ["x"], ["y"], domain=MS, name="att0", num_heads=2)]
-    with pytest.raises(UnsupportedModelError, match=r"node 0 \(Attention, 'att0'\): com.microsoft op Attention is not"):
+    nodes = [helper.make_node("GroupQueryAttention", ["x"], ["y"], domain=MS, name="att0", num_heads=2)]
+    with pytest.raises(
+        UnsupportedModelError,
+        match=r"node 0 \(GroupQueryAttention, 'att0'\): com.microsoft op GroupQueryAttention is not",
+    ):
         _read(_model(nodes, X, ["y"], 13, {}), tmp_path)
 
 
@@ -236,3 +239,63 @@ def test_attribute_of_the_wrong_kind_refused(tmp_path: Any) -> None:
     nodes = [helper.make_node("QuickGelu", ["x"], ["y"], domain=MS, alpha="big")]
     with pytest.raises(ModelFileError, match=r"node 0 \(QuickGelu\): an attribute has a value of the wrong kind"):
         _read(_model(nodes, X, ["y"], 13, {}), tmp_path)
+
+
+def _lstm_weights(directions: int, rows: int, hidden: int, dtype: Any, per_column: bool) -> Dict[str, Any]:
+    info = np.iinfo(dtype)
+    columns = [directions, 4 * hidden] if per_column else [directions]
+    return {
+        "q": RNG.integers(info.min, info.max + 1, [directions, rows, 4 * hidden]).astype(dtype),
+        "scale": (RNG.random(columns) * 0.02 + 0.005).astype(np.float32),
+        # onnxruntime takes int8 weights with zero point 0 only
+        "zero": (RNG.integers(120, 137, columns) if info.min == 0 else np.zeros(columns)).astype(dtype),
+    }
+
+
+@pytest.mark.parametrize("dtype,per_column,direction", [(np.int8, True, "bidirectional"), (np.uint8, False, "forward")])
+def test_dynamic_quantize_lstm(dtype: Any, per_column: bool, direction: str, tmp_path: Any) -> None:
+    """Against onnxruntime's LSTM on the dequantized weights (the same computation), and within onnxruntime's own
+    quantization of X and H of its DynamicQuantizeLSTM."""
+    steps, batch, size, hidden = 6, 2, 5, 4
+    directions = 2 if direction == "bidirectional" else 1
+    w = _lstm_weights(directions, size, hidden, dtype, per_column)
+    r = _lstm_weights(directions, hidden, hidden, dtype, per_column)
+    bias = _r(directions, 8 * hidden, scale=0.1)
+    names = ["x", "W", "R", "B", "", "", "", "", "ws", "wz", "rs", "rz"]
+    node = helper.make_node(
+        "DynamicQuantizeLSTM", names, ["y", "yh"], domain=MS, hidden_size=hidden, direction=direction
+    )
+    consts = {"W": w["q"], "R": r["q"], "B": bias, "ws": w["scale"], "wz": w["zero"], "rs": r["scale"], "rz": r["zero"]}
+    graph = helper.make_graph(
+        [node],
+        "dql",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [steps, batch, size])],
+        [
+            helper.make_tensor_value_info(o, TensorProto.FLOAT, ["d%d" % i for i in range(n)])
+            for o, n in (("y", 4), ("yh", 3))
+        ],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)])
+    model.ir_version = 8
+
+    def dequantized(q: Dict[str, Any]) -> Any:
+        scale, zero = q["scale"], q["zero"].astype(np.float32)
+        if scale.ndim == 1:
+            scale, zero = scale[:, None], zero[:, None]
+        return ((q["q"].astype(np.float32) - zero[:, None, :]) * scale[:, None, :]).transpose(0, 2, 1).copy()
+
+    float_graph = helper.make_graph(
+        [helper.make_node("LSTM", ["x", "W", "R", "B"], ["y", "yh"], hidden_size=hidden, direction=direction)],
+        "lstm",
+        list(graph.input),
+        list(graph.output),
+        [numpy_helper.from_array(a, k) for k, a in (("W", dequantized(w)), ("R", dequantized(r)), ("B", bias))],
+    )
+    float_model = helper.make_model(float_graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = _r(steps, batch, size)
+    got = build_and_load(model, str(tmp_path)).run({"x": x})
+    for name, same, quantized in zip(("y", "yh"), run_ort(float_model, {"x": x}), run_ort(model, {"x": x})):
+        assert max_rel_error(got[name], same) < 1e-4, name
+        largest = float(np.max(np.abs(quantized)))
+        assert float(np.max(np.abs(got[name] - quantized))) < 5e-2 * largest, name

@@ -24,6 +24,7 @@ ReduceMean/Sqrt/Div). Semantics follow onnxruntime's contrib op documentation:
   times one float32 multiplier, quantized with scale 1. onnxruntime's x86-64 QLinearAdd rounds some exact ties
   otherwise (docs/onnx.md).
 
+The attention family (``Attention``, ``MultiHeadAttention``, ``RotaryEmbedding``) is :mod:`.contrib_attention`'s.
 Any other ``com.microsoft`` op is refused by name. Constants take the dtype of the tensor they meet, which a
 lenient shape inference tells; a node whose input's dtype or rank it cannot tell yet waits for the next round
 (its producer is then rewritten and inferred).
@@ -32,77 +33,21 @@ lenient shape inference tells; a node whose input's dtype or rank it cannot tell
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
-import numpy as np
 import onnx
-from onnx import helper, numpy_helper, shape_inference
+from onnx import shape_inference
 
 from ...error import ModelFileError, UnsupportedModelError
+from .contrib_attention import ATTENTION_REWRITES
+from .contrib_emit import Emit, Known
 
 MS = "com.microsoft"
 #: onnxruntime's contrib ops registered in the default domain, with the opset from which ONNX has them itself.
 DEFAULT_DOMAIN = {"SimplifiedLayerNormalization": 10**6, "LayerNormalization": 17}
 
-Known = Tuple[Dict[str, int], Dict[str, int]]  # elem type and rank by tensor name
 
-
-class _Emit:
-    """Appends default-domain nodes (fresh names derived from the contrib node's) and constant initializers."""
-
-    def __init__(self, model: onnx.ModelProto, node: Any, index: int, opset: int, known: Known) -> None:
-        self.model, self.node, self.index, self.opset = model, node, index, opset
-        self.types, self.ranks = known
-        self.nodes: List[Any] = []
-        self.base = (node.output[0] if node.output and node.output[0] else "contrib%d" % index) + "~" + node.op_type
-        self.count = 0
-
-    def label(self) -> str:
-        return "node %d (%s%s)" % (self.index, self.node.op_type, ", %r" % self.node.name if self.node.name else "")
-
-    def fresh(self) -> str:
-        self.count += 1
-        return "%s~%d" % (self.base, self.count)
-
-    def op(self, op: str, inputs: List[str], out: Optional[str] = None, **attrs: Any) -> str:
-        out = out or self.fresh()
-        self.nodes.append(helper.make_node(op, inputs, [out], name=out, **attrs))
-        return out
-
-    def const(self, value: Any, like: str) -> str:
-        """A constant of the dtype of ``like`` (an intermediate the rewrite made has the contrib node's input 0's)."""
-        dtype = helper.tensor_dtype_to_np_dtype(self.types.get(like) or self.types[self.node.input[0]])
-        name = self.fresh()
-        self.model.graph.initializer.append(numpy_helper.from_array(np.asarray(value, dtype), name))
-        return name
-
-    def ints(self, values: List[int]) -> str:
-        name = self.fresh()
-        self.model.graph.initializer.append(numpy_helper.from_array(np.asarray(values, np.int64), name))
-        return name
-
-    def attrs(self) -> Dict[str, Any]:
-        return {a.name: helper.get_attribute_value(a) for a in self.node.attribute}
-
-    def inp(self, i: int, required: bool = True) -> str:
-        name = self.node.input[i] if i < len(self.node.input) else ""
-        if required and not name:
-            raise ModelFileError("%s: input %d is required and missing" % (self.label(), i))
-        return name
-
-    def out(self, i: int) -> str:
-        return self.node.output[i] if i < len(self.node.output) else ""
-
-    def refuse(self, what: str) -> UnsupportedModelError:
-        return UnsupportedModelError("%s, %s: %s" % (self.label(), self.node.domain or "ai.onnx", what))
-
-    def reduce_mean(self, x: str, axes: List[int]) -> str:
-        if self.opset >= 18:
-            return self.op("ReduceMean", [x, self.ints(axes)], keepdims=1)
-        return self.op("ReduceMean", [x], axes=axes, keepdims=1)
-
-
-def _gelu(e: _Emit, x: str, out: str, tanh: bool) -> None:
+def _gelu(e: Emit, x: str, out: str, tanh: bool) -> None:
     if e.opset >= 20:
         e.op("Gelu", [x], out, approximate="tanh" if tanh else "none")
         return
@@ -116,30 +61,30 @@ def _gelu(e: _Emit, x: str, out: str, tanh: bool) -> None:
     e.op("Mul", [half, e.op("Add", [core, e.const(1.0, x)])], out)
 
 
-def _rw_gelu(e: _Emit) -> None:
+def _rw_gelu(e: Emit) -> None:
     _gelu(e, e.inp(0), e.out(0), tanh=False)
 
 
-def _rw_bias_gelu(e: _Emit) -> None:
+def _rw_bias_gelu(e: Emit) -> None:
     _gelu(e, e.op("Add", [e.inp(0), e.inp(1)]), e.out(0), tanh=False)
 
 
-def _rw_fast_gelu(e: _Emit) -> None:
+def _rw_fast_gelu(e: Emit) -> None:
     x, bias = e.inp(0), e.inp(1, required=False)
     _gelu(e, e.op("Add", [x, bias]) if bias else x, e.out(0), tanh=True)
 
 
-def _rw_quick_gelu(e: _Emit) -> None:
+def _rw_quick_gelu(e: Emit) -> None:
     x = e.inp(0)
     alpha = float(e.attrs().get("alpha", 1.702))
     e.op("Mul", [x, e.op("Sigmoid", [e.op("Mul", [x, e.const(alpha, x)])])], e.out(0))
 
 
-def _rw_bias_add(e: _Emit) -> None:
+def _rw_bias_add(e: Emit) -> None:
     e.op("Add", [e.op("Add", [e.inp(0), e.inp(1)]), e.inp(2)], e.out(0))
 
 
-def _norm(e: _Emit, x: str, scale: str, bias: str, axis: int, eps: float, out: str, rms: bool) -> None:
+def _norm(e: Emit, x: str, scale: str, bias: str, axis: int, eps: float, out: str, rms: bool) -> None:
     """LayerNorm (or RMS norm: no centring, no bias) of ``x`` over the axes from ``axis`` on."""
     rank = e.ranks[x]
     axis = axis + rank if axis < 0 else axis
@@ -157,7 +102,7 @@ def _norm(e: _Emit, x: str, scale: str, bias: str, axis: int, eps: float, out: s
         e.op("Add", [e.nodes[-1].output[0], bias], out)
 
 
-def _unused_outputs(e: _Emit, which: Dict[int, str], readers: Dict[str, int]) -> None:
+def _unused_outputs(e: Emit, which: Dict[int, str], readers: Dict[str, int]) -> None:
     for i, what in which.items():
         name = e.out(i)
         if name and readers.get(name, 0):
@@ -166,8 +111,8 @@ def _unused_outputs(e: _Emit, which: Dict[int, str], readers: Dict[str, int]) ->
             )
 
 
-def _skip_norm(rms: bool) -> Callable[[_Emit, Dict[str, int]], None]:
-    def rewrite(e: _Emit, readers: Dict[str, int]) -> None:
+def _skip_norm(rms: bool) -> Callable[[Emit, Dict[str, int]], None]:
+    def rewrite(e: Emit, readers: Dict[str, int]) -> None:
         _unused_outputs(e, {1: "mean", 2: "inv_std_var"}, readers)
         x, skip, gamma = e.inp(0), e.inp(1), e.inp(2)
         beta = "" if rms else e.inp(3, required=False)
@@ -182,20 +127,20 @@ def _skip_norm(rms: bool) -> Callable[[_Emit, Dict[str, int]], None]:
     return rewrite
 
 
-def _rw_simplified_ln(e: _Emit, readers: Dict[str, int]) -> None:
+def _rw_simplified_ln(e: Emit, readers: Dict[str, int]) -> None:
     _unused_outputs(e, {1: "inv_std_var"}, readers)
     a = e.attrs()
     _norm(e, e.inp(0), e.inp(1), "", int(a.get("axis", -1)), float(a.get("epsilon", 1e-5)), e.out(0), rms=True)
 
 
-def _rw_layer_norm(e: _Emit, readers: Dict[str, int]) -> None:
+def _rw_layer_norm(e: Emit, readers: Dict[str, int]) -> None:
     _unused_outputs(e, {1: "mean", 2: "inv_std_dev"}, readers)
     a = e.attrs()
     x, scale, bias = e.inp(0), e.inp(1), e.inp(2, required=False)
     _norm(e, x, scale, bias, int(a.get("axis", -1)), float(a.get("epsilon", 1e-5)), e.out(0), rms=False)
 
 
-def _rw_fused_matmul(e: _Emit) -> None:
+def _rw_fused_matmul(e: Emit) -> None:
     a = e.attrs()
     for name in ("transBatchA", "transBatchB"):
         if a.get(name, 0):
@@ -219,7 +164,7 @@ def _rw_fused_matmul(e: _Emit) -> None:
 CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
 
 
-def _rw_fused_conv(e: _Emit) -> None:
+def _rw_fused_conv(e: Emit) -> None:
     a = e.attrs()
     act = a.get("activation", b"")
     act = act.decode() if isinstance(act, bytes) else str(act)
@@ -251,13 +196,13 @@ def _rw_fused_conv(e: _Emit) -> None:
         e.op(act, [y], e.out(0))
 
 
-def _dequantized(e: _Emit, i: int) -> str:
+def _dequantized(e: Emit, i: int) -> str:
     """Input ``i`` (quantized; its scale and zero point follow it) as float32."""
     zp = e.inp(i + 2, required=False)
     return e.op("DequantizeLinear", [e.inp(i), e.inp(i + 1)] + ([zp] if zp else []))
 
 
-def _quantized(e: _Emit, y: str, i: int) -> None:
+def _quantized(e: Emit, y: str, i: int) -> None:
     """``y`` quantized into the node's output with the scale and zero point at inputs ``i``, ``i + 1``; a missing
     zero point is 0 of input 0's dtype (QuantizeLinear's own default would be uint8)."""
     if e.opset < 10:
@@ -266,22 +211,22 @@ def _quantized(e: _Emit, y: str, i: int) -> None:
     e.op("QuantizeLinear", [y, e.inp(i), zp], e.out(0))
 
 
-def _qlinear_binary(op: str) -> Callable[[_Emit], None]:
-    def rewrite(e: _Emit) -> None:  # A, A_scale, A_zp, B, B_scale, B_zp, C_scale, C_zp
+def _qlinear_binary(op: str) -> Callable[[Emit], None]:
+    def rewrite(e: Emit) -> None:  # A, A_scale, A_zp, B, B_scale, B_zp, C_scale, C_zp
         _quantized(e, e.op(op, [_dequantized(e, 0), _dequantized(e, 3)]), 6)
 
     return rewrite
 
 
-def _qlinear_unary(op: str) -> Callable[[_Emit], None]:
-    def rewrite(e: _Emit) -> None:  # X, X_scale, X_zp, Y_scale, Y_zp
+def _qlinear_unary(op: str) -> Callable[[Emit], None]:
+    def rewrite(e: Emit) -> None:  # X, X_scale, X_zp, Y_scale, Y_zp
         attrs = {"alpha": float(e.attrs().get("alpha", 0.01))} if op == "LeakyRelu" else {}
         _quantized(e, e.op(op, [_dequantized(e, 0)], **attrs), 3)
 
     return rewrite
 
 
-def _rw_qlinear_global_average_pool(e: _Emit) -> None:
+def _rw_qlinear_global_average_pool(e: Emit) -> None:
     """As onnxruntime computes it: the sum over the spatial axes (channels_last: N, spatial..., C) less x_zero_point
     times their size, times x_scale / (y_scale * size) in float32, quantized with scale 1. The sum runs in float32,
     exact while it stays below 2^24 (up to 65,793 positions; onnxruntime sums in int32)."""
@@ -304,7 +249,7 @@ def _rw_qlinear_global_average_pool(e: _Emit) -> None:
     e.op("QuantizeLinear", [e.op("Mul", [total, scale]), e.const(1.0, e.inp(1)), zy], e.out(0))
 
 
-def _rw_qlinear_concat(e: _Emit) -> None:  # Y_scale, Y_zp, then X, X_scale, X_zp per input
+def _rw_qlinear_concat(e: Emit) -> None:  # Y_scale, Y_zp, then X, X_scale, X_zp per input
     parts = [_dequantized(e, i) for i in range(2, len(e.node.input), 3)]
     if not parts:
         raise ModelFileError("%s: no inputs to concatenate" % e.label())
@@ -314,7 +259,7 @@ def _rw_qlinear_concat(e: _Emit) -> None:  # Y_scale, Y_zp, then X, X_scale, X_z
     e.op("QuantizeLinear", [y, e.inp(0), e.inp(1, required=False) or e.const(0, e.inp(2))], e.out(0))
 
 
-def _rw_qlinear_average_pool(e: _Emit) -> None:  # X, X_scale, X_zp, Y_scale, Y_zp
+def _rw_qlinear_average_pool(e: Emit) -> None:  # X, X_scale, X_zp, Y_scale, Y_zp
     a = e.attrs()
     pool = {k: v.decode() if isinstance(v, bytes) else v for k, v in a.items() if k != "channels_last"}
     x = _dequantized(e, 0)
@@ -328,7 +273,7 @@ def _rw_qlinear_average_pool(e: _Emit) -> None:  # X, X_scale, X_zp, Y_scale, Y_
     _quantized(e, y, 3)
 
 
-def _rw_qlinear_softmax(e: _Emit) -> None:  # X, X_scale, X_zp, Y_scale, Y_zp; axis, opset (whose Softmax)
+def _rw_qlinear_softmax(e: Emit) -> None:  # X, X_scale, X_zp, Y_scale, Y_zp; axis, opset (whose Softmax)
     a = e.attrs()
     rank = e.ranks[e.inp(0)]
     axis = int(a.get("axis", -1 if int(a.get("opset", 13)) >= 13 else 1))
@@ -338,7 +283,7 @@ def _rw_qlinear_softmax(e: _Emit) -> None:  # X, X_scale, X_zp, Y_scale, Y_zp; a
     _quantized(e, e.op("Softmax", [_dequantized(e, 0)], axis=axis), 3)
 
 
-def _rw_qgemm(e: _Emit) -> None:
+def _rw_qgemm(e: Emit) -> None:
     """A, a_scale, a_zp, B, b_scale, b_zp, C (int32), y_scale, y_zp: MatMulInteger, + C, times alpha * a_scale *
     b_scale (/ y_scale) in float32, then quantized with scale 1 when y_zero_point is given (onnxruntime's QGemm:
     its requantization); a float32 result without it."""
@@ -367,7 +312,45 @@ def _rw_qgemm(e: _Emit) -> None:
         e.op("QuantizeLinear", [value, e.const(1.0, e.inp(1)), y_zp], e.out(0))
 
 
-#: op -> (rewrite, whether it needs the readers count, which inputs' ranks it needs)
+LSTM_ATTRS = ("activation_alpha", "activation_beta", "activations", "clip", "direction", "hidden_size", "input_forget")
+
+
+def _dequantized_weights(e: Emit, w: str, scale: str, zero_point: str) -> str:
+    """DynamicQuantizeLSTM's int8/uint8 weights (directions, in, 4 hidden), with a scale and zero point per direction
+    or per direction and column, as LSTM's float weights (directions, 4 hidden, in)."""
+    rank = e.ranks[scale]
+    if rank not in (1, 2) or e.ranks.get(zero_point, rank) != rank:
+        raise e.refuse(
+            "a weight scale of rank %d is not supported (only per direction, or per direction and column)" % rank
+        )
+    axes = [1, 2] if rank == 1 else [1]
+    values = e.op("Cast", [w], to=onnx.TensorProto.FLOAT)
+    if zero_point:
+        values = e.op("Sub", [values, e.unsqueeze(e.op("Cast", [zero_point], to=onnx.TensorProto.FLOAT), axes)])
+    return e.op("Transpose", [e.op("Mul", [values, e.unsqueeze(scale, axes)])], perm=[0, 2, 1])
+
+
+def _rw_dynamic_quantize_lstm(e: Emit) -> None:
+    """LSTM with the weights dequantized at build time; onnxruntime also quantizes X and H at each step (uint8, its
+    own scale), which this computes in float32 instead: the outputs differ by that quantization (docs/onnx.md)."""
+    if e.opset < 13:
+        raise e.refuse("needs opset 13 or later (Unsqueeze with axes as an input)")
+    w = _dequantized_weights(e, e.inp(1), e.inp(8), e.inp(9, required=False))
+    r = _dequantized_weights(e, e.inp(2), e.inp(10), e.inp(11, required=False))
+    inputs = [e.inp(0), w, r] + [e.inp(i, required=False) for i in range(3, 8)]
+    while inputs and not inputs[-1]:
+        inputs.pop()
+    attrs = {k: v for k, v in e.attrs().items() if k in LSTM_ATTRS}
+    for key in ("direction",):
+        if isinstance(attrs.get(key), bytes):
+            attrs[key] = attrs[key].decode()
+    if "activations" in attrs:
+        attrs["activations"] = [a.decode() if isinstance(a, bytes) else a for a in attrs["activations"]]
+    outs = [e.out(i) for i in range(3)]
+    e.nodes.append(onnx.helper.make_node("LSTM", inputs, outs, name=e.fresh(), **attrs))
+
+
+#: op -> (rewrite, whether it needs the readers count, which inputs' ranks it needs where given)
 REWRITES: Dict[str, Tuple[Callable[..., None], bool, Tuple[int, ...]]] = {
     "Gelu": (_rw_gelu, False, ()),
     "BiasGelu": (_rw_bias_gelu, False, ()),
@@ -388,6 +371,8 @@ REWRITES: Dict[str, Tuple[Callable[..., None], bool, Tuple[int, ...]]] = {
     "QLinearAveragePool": (_rw_qlinear_average_pool, False, (0,)),
     "QGemm": (_rw_qgemm, False, ()),
     "QLinearSoftmax": (_rw_qlinear_softmax, False, (0,)),
+    "DynamicQuantizeLSTM": (_rw_dynamic_quantize_lstm, False, (0, 8, 9, 10, 11)),
+    **ATTENTION_REWRITES,
 }
 
 
@@ -446,7 +431,7 @@ def rewrite_contrib(model: onnx.ModelProto, opset: int) -> int:
             if fn is None or not _ready(n, rank_of, known):
                 new_nodes.append(n)
                 continue
-            e = _Emit(model, n, i, opset, (dict(known[0]), dict(known[1])))
+            e = Emit(model, n, i, opset, (dict(known[0]), dict(known[1])))
             try:
                 fn(e, readers) if wants_readers else fn(e)
             except (TypeError, ValueError, OverflowError) as exc:  # an attribute of the wrong kind: a string alpha
@@ -468,4 +453,9 @@ def rewrite_contrib(model: onnx.ModelProto, opset: int) -> int:
 def _ready(node: Any, rank_of: Tuple[int, ...], known: Known) -> bool:
     types, ranks = known
     x = node.input[0] if node.input else ""
-    return bool(x) and x in types and all(i < len(node.input) and node.input[i] in ranks for i in rank_of)
+    # an optional input that is absent needs no rank; a required one that is absent is the rewrite's error to name
+    return (
+        bool(x)
+        and x in types
+        and all(i >= len(node.input) or node.input[i] in ranks or not node.input[i] for i in rank_of)
+    )
