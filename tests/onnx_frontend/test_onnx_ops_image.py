@@ -68,3 +68,29 @@ def test_col2im_refuses_columns_that_do_not_fit_the_blocks(tmp_path):
     model = typed_model([node], [("x", [1, 4, 5], F)], ["y"], 18, consts)
     with pytest.raises(UnsupportedModelError, match="does not hold blocks"):
         build_and_load(model, str(tmp_path))
+
+
+def test_deform_conv_groups_offset_groups_mask_bias(tmp_path):
+    # x (2, 4, 6, 7), weights (6, 2, 3, 2) in 2 groups; offsets of up to a few pixels, so taps land between pixels,
+    # in the padding and beyond the input (zeros), and on whole pixels when 0
+    nodes = [
+        helper.make_node(
+            "DeformConv", ["x", "w", "off", "b", "mask"], ["full"], group=2, offset_group=2, strides=[2, 1],
+            pads=[1, 0, 1, 1], dilations=[1, 2],
+        ),
+        helper.make_node("DeformConv", ["x1", "w1", "off1"], ["plain"], kernel_shape=[2, 2]),
+    ]  # fmt: skip
+    inputs = [
+        ("x", [2, 4, 6, 7], F), ("w", [6, 2, 3, 2], F), ("off", [2, 2 * 6 * 2, 3, 6], F), ("b", [6], F),
+        ("mask", [2, 2 * 6, 3, 6], F), ("x1", [1, 1, 3, 3], F), ("w1", [1, 1, 2, 2], F), ("off1", [1, 8, 2, 2], F),
+    ]  # fmt: skip
+    model = typed_model(nodes, inputs, ["full", "plain"], 22, {})
+    rng = np.random.default_rng(3)
+    feeds = {n: rng.standard_normal(s).astype(np.float32) for n, s, _ in inputs}
+    feeds["off"] *= 2.5
+    feeds["off1"][0, :4] = 0.0  # the first two taps at whole pixels
+    want = run_ort(model, feeds)
+    got = build_and_load(model, str(tmp_path)).run(feeds)
+    for o, w in zip(["full", "plain"], want):
+        assert got[o].shape == w.shape, (o, got[o].shape, w.shape)
+        np.testing.assert_allclose(got[o], w, rtol=1e-4, atol=1e-5, err_msg=o)

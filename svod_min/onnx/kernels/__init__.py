@@ -27,6 +27,7 @@ kernel for every target at build time.
 - :mod:`.matrix`: Trilu's triangle, Det's LU factorisation.
 - :mod:`.grid_sample`: GridSample, its taps clamped into the input whatever the grid holds.
 - :mod:`.col2im`: Col2Im, each image accumulated from the blocks that land on it (any number of axes).
+- :mod:`.deform_conv`: DeformConv (2-D), taps sampled bilinearly at their offsets, every read inside x.
 - :mod:`.sequence`: ReverseSequence (lengths from data checked, reported through the status buffer).
 - :mod:`.tensor_scatter`: TensorScatter (write indices from data checked, reported through the status buffer).
 - :mod:`.topk`: TopK, a heap of the k best per line, then sorted (ties in index order, NaN above every number).

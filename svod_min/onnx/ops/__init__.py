@@ -11,7 +11,8 @@ plan ops through :class:`.lowering.Lowering` (library kernels, generated kernels
 - :mod:`.clip` (Clip on every dtype, bounds constant or fed at run time), :mod:`.along_axis` (CumSum, Hardmax,
   LpNormalization), :mod:`.lp_pool`, :mod:`.eye_like`, :mod:`.indexed` (GatherND, ScatterND, ScatterElements,
   OneHot; indices from data checked by the kernel).
-- :mod:`.matrix` (Trilu, Det), :mod:`.grid_sample`, :mod:`.col2im`, :mod:`.space_depth` (DepthToSpace, SpaceToDepth),
+- :mod:`.matrix` (Trilu, Det), :mod:`.grid_sample`, :mod:`.col2im`, :mod:`.deform_conv`,
+  :mod:`.space_depth` (DepthToSpace, SpaceToDepth),
   :mod:`.shrink`, :mod:`.sequence` (ReverseSequence; lengths from data checked by the kernel), :mod:`.topk`,
   :mod:`.tensor_scatter` (TensorScatter; write indices from data checked by the kernel).
 - :mod:`.blocked`: the ops of the blocked channel layout that :mod:`..frontend.layout` emits.
