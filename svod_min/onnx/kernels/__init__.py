@@ -19,6 +19,7 @@ kernel for every target at build time.
 - :mod:`.rnn`: LSTM and GRU, one kernel looping over time.
 - :mod:`.quant`: QuantizeLinear and DequantizeLinear per tensor, per axis or blocked.
 - :mod:`.quant_integer`: MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv (int32 sums, float requantization).
+- :mod:`.qgemm`: the int8 GEMM of MatMulInteger and QLinearMatMul (VNNI where the CPU has it) and B's packing.
 - :mod:`.pinned`: the run-time check of an input pinned at build (``build --pin``).
 - :mod:`.axis`: CumSum (its axis compiled in or read and checked at run time), Hardmax, LpNormalization.
 - :mod:`.layer_norm`: LayerNormalization with its Mean and InvStdDev outputs.
