@@ -1,4 +1,4 @@
-"""LSTM and GRU against onnxruntime: directions, optional inputs (B, sequence_lens, initial_h/c, P), all outputs,
+"""RNN, LSTM and GRU against onnxruntime: directions, optional inputs (B, sequence_lens, initial_h/c, P), all outputs,
 clip, input_forget, linear_before_reset, both layouts; refusals of what is not implemented."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def _model(
 ):
     rng = np.random.default_rng(5)
     d = 2 if direction == "bidirectional" else 1
-    g = 4 if op == "LSTM" else 3
+    g = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
     consts = {
         "w": rng.uniform(-0.6, 0.6, (d, g * H, I)).astype(np.float32),
         "r": rng.uniform(-0.6, 0.6, (d, g * H, H)).astype(np.float32),
@@ -173,6 +173,21 @@ def test_gru_linear_before_reset(direction, tmp_path):
     _compare(_model("GRU", direction, bias=False, linear_before_reset=1, clip=0.5), tmp_path)
 
 
+def test_rnn_directions_sequence_lens_clip_and_layout_1(tmp_path):
+    model = _model("RNN", "bidirectional", lens=[1, 5, 4], initial=True, runtime_lens=True)
+    _compare(model, tmp_path, {"lens": np.array([1, 5, 4], np.int32)})
+    _compare(_model("RNN", "reverse", lens=[2, 5, 3], clip=0.6, activations=["Tanh"]), tmp_path)
+    _compare(_model("RNN", "forward", bias=False), tmp_path)
+    model0 = _model("RNN", "bidirectional", initial=True, lens=[3, 5, 1])  # onnxruntime refuses layout=1
+    x = np.random.default_rng(9).uniform(-1.5, 1.5, (T, B, I)).astype(np.float32)
+    want = run_ort(model0, {"x": x})
+    m = build_and_load(_as_layout_1(model0), str(tmp_path))
+    got = m.run({"x": np.ascontiguousarray(x.transpose(1, 0, 2))})
+    for value, name in zip(want, m.output_names):
+        perm = (2, 0, 1, 3) if name == "y" else (1, 0, 2)
+        assert max_rel_error(got[name], np.ascontiguousarray(value.transpose(perm))) < 1e-4, name
+
+
 def test_explicit_default_activations(tmp_path):
     _compare(_model("LSTM", "bidirectional", activations=["Sigmoid", "Tanh", "Tanh"] * 2), tmp_path)
     _compare(_model("GRU", "forward", activations=["Sigmoid", "Tanh"]), tmp_path)
@@ -196,3 +211,4 @@ def test_refusals(tmp_path):
         tmp_path,
         r"attribute activations=.*only the defaults Sigmoid/Tanh",
     )
+    _refused(_model("RNN", activations=["Relu"]), tmp_path, r"attribute activations=.*only the defaults Tanh")

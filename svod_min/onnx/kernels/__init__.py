@@ -16,7 +16,7 @@ kernel for every target at build time.
 - :mod:`.batch_norm`: BatchNormalization with statistics fed at run time or the batch's own (training_mode=1).
 - :mod:`.reduce`: the reductions the library lacks, ArgMax / ArgMin.
 - :mod:`.resize`: Resize's per-axis taps and 2-D nearest.
-- :mod:`.rnn`: LSTM and GRU, one kernel looping over time.
+- :mod:`.rnn`: RNN, LSTM and GRU, one kernel looping over time.
 - :mod:`.quant`: QuantizeLinear and DequantizeLinear per tensor, per axis or blocked.
 - :mod:`.quant_integer`: MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv (int32 sums, float requantization).
 - :mod:`.qgemm`: the int8 GEMM of MatMulInteger and QLinearMatMul (VNNI where the CPU has it) and B's packing.

@@ -1,4 +1,4 @@
-"""LSTM and GRU as one generated C kernel per node that loops over time, one call per (direction, batch row): the C
+"""RNN, LSTM and GRU as one generated C kernel per node that loops over time, one call per (direction, batch row): the C
 is rendered from ``templates/rnn.c.j2``."""
 
 from __future__ import annotations
@@ -39,12 +39,13 @@ OPT_FLAGS = ("-O3",)
 
 
 def rnn_kernel(op: str, k: Dict[str, Any], a: Dict[str, Any], dtype: str = "float32") -> CKernel:
-    """The kernel of LSTM or GRU ``op`` with sizes and present inputs ``k`` and the node's attributes ``a``."""
+    """The kernel of RNN, LSTM or GRU ``op`` with sizes and present inputs ``k`` and the node's attributes ``a``."""
     present = _present(op, k)
     body = render(
         "rnn.c.j2",
         T=C_TYPES[dtype],
         lstm=op == "LSTM",
+        vanilla=op == "RNN",
         steps=k["T"],
         batch=k["B"],
         dirs=k["D"],

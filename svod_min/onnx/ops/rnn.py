@@ -1,4 +1,4 @@
-"""LSTM and GRU: one generated C kernel per node that loops over time, one call per (direction, batch row).
+"""RNN, LSTM and GRU: one generated C kernel per node that loops over time, one call per (direction, batch row).
 
 Batch rows and directions are independent recurrences, so each ``core_id`` call runs one of them from
 its initial state to the end of its sequence (``sequence_lens``: a shorter row stops early, its Y rows
@@ -16,9 +16,9 @@ from ..frontend.table import ANY, Rule, one_of, register
 from ..kernels.rnn import rnn_kernel
 from .lowering import Lowering
 
-DEFAULT_ACTIVATIONS = {"LSTM": ("Sigmoid", "Tanh", "Tanh"), "GRU": ("Sigmoid", "Tanh")}
-#: Gate count per op: LSTM i, o, f, c; GRU z, r, h.
-GATES = {"LSTM": 4, "GRU": 3}
+DEFAULT_ACTIVATIONS = {"LSTM": ("Sigmoid", "Tanh", "Tanh"), "GRU": ("Sigmoid", "Tanh"), "RNN": ("Tanh",)}
+#: Gate count per op: LSTM i, o, f, c; GRU z, r, h; RNN's one.
+GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 
 
 def default_activations(op: str) -> Rule:
@@ -65,6 +65,14 @@ RNN_ATTRS = dict(
     dtypes=("float32", "int32"),
     activations=default_activations("LSTM"),
     input_forget=ANY,
+    **RNN_ATTRS,
+)
+@register(
+    ["RNN"],
+    "generated C: one kernel looping over time, one call per (direction, batch row); Y, Y_h",
+    check=_rnn_check,
+    dtypes=("float32", "int32"),
+    activations=default_activations("RNN"),
     **RNN_ATTRS,
 )
 @register(
