@@ -123,7 +123,24 @@ def _weight(
         op, index = ("Mul", 1) if nxt is not None and nxt.op_type == "Mul" else ("Add", 1)
     if op in ("Conv", "Gemm") and index == 1:
         fan_in = int(np.prod(shape[1:])) if op == "Conv" else shape[-1]
-        return (rng.standard_normal(shape) * np.sqrt(2.0 / max(fan_in, 1))).astype(np.float32)
+        gain = 2.0 if _feeds_relu(node, readers) else 1.0
+        return (rng.standard_normal(shape) * np.sqrt(gain / max(fan_in, 1))).astype(np.float32)
     if op == "BatchNormalization" and index in (1, 4) or op == "Mul":
         return rng.uniform(0.5, 1.5, shape).astype(np.float32)
     return rng.uniform(-0.1, 0.1, shape).astype(np.float32)
+
+
+def _feeds_relu(node: Any, readers: Dict[str, List[Tuple[Any, int]]]) -> bool:
+    """Whether ``node``'s output reaches a Relu (through a BatchNormalization or a bias Add): He's gain of 2 makes up
+    for the half a Relu zeroes; a layer without one keeps gain 1, or the values double at each (a ShuffleNet's
+    logits reach 1e7 that way, past float16's range)."""
+    for _ in range(3):
+        uses = readers.get(node.output[0], [])
+        if not uses:
+            return False
+        node = uses[0][0]
+        if node.op_type == "Relu":
+            return True
+        if node.op_type not in ("BatchNormalization", "Add"):
+            return False
+    return False

@@ -31,3 +31,12 @@ def _check(name: str, tmp_path) -> None:
 @pytest.mark.parametrize("name", FAST)
 def test_light_model_matches_onnxruntime(name, tmp_path):
     _check(name, tmp_path)
+
+
+@pytest.mark.parametrize("name", ["shufflenet", "resnet50"])
+def test_random_weights_keep_the_logits_in_float16_range(name):
+    """The float16 conversions of the light models are meaningful only if their values fit float16 (65504): a layer
+    without a Relu after it gets gain 1, not He's 2, or the deep nets' logits double per layer (to 2e7)."""
+    model = randomized(name)
+    logits = run_ort(model, random_inputs(model))[-1]
+    assert 1.0 < float(np.max(np.abs(logits))) < 65504 / 2
