@@ -12,7 +12,7 @@ pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper  # noqa: E402
 from support.onnx_models import build_and_load, max_rel_error, run_ort, typed_model  # noqa: E402
 
-from svod_min.error import UnsupportedModelError  # noqa: E402
+from svod_min.error import IndexOutOfRangeError, UnsupportedModelError  # noqa: E402
 from svod_min.onnx.build import lower_model  # noqa: E402
 
 T, B, I, H = 5, 3, 4, 6
@@ -186,6 +186,20 @@ def test_rnn_directions_sequence_lens_clip_and_layout_1(tmp_path):
     for value, name in zip(want, m.output_names):
         perm = (2, 0, 1, 3) if name == "y" else (1, 0, 2)
         assert max_rel_error(got[name], np.ascontiguousarray(value.transpose(perm))) < 1e-4, name
+
+
+def test_sequence_lens_out_of_range_reported_at_run_refused_at_build(tmp_path):
+    # onnxruntime refuses a length outside [0, T]; from data the kernel reports it (and clamps, reading nothing
+    # past x), a constant one is refused at build
+    model = _model("GRU", "bidirectional", lens=[1, 5, 4], runtime_lens=True)
+    m = build_and_load(model, str(tmp_path))
+    x = np.random.default_rng(9).uniform(-1.5, 1.5, (T, B, I)).astype(np.float32)
+    with pytest.raises(IndexOutOfRangeError, match=r"index 6 at position \[1\] of sequence_lens 'lens' .* \[0, 5\]"):
+        m.run({"x": x, "lens": np.array([1, 6, -1], np.int32)})
+    good = {"x": x, "lens": np.array([1, 5, 4], np.int32)}
+    assert max_rel_error(m.run(good)["yh"], run_ort(model, good)[1]) < 1e-4  # the plan is not poisoned
+    with pytest.raises(IndexOutOfRangeError, match=r"sequence length -1 at position \[2\] of sequence_lens 'lens'"):
+        build_and_load(_model("RNN", lens=[2, 5, -1]), str(tmp_path), "const")
 
 
 def test_explicit_default_activations(tmp_path):

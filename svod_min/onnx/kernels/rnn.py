@@ -5,17 +5,32 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
+from ...planfile.status import SLOT_WORDS
 from ..ctext import C_TYPES
 from .ckernel import CKernel, make_kernel, render
 
 
 def _present(op: str, k: Dict[str, Any]) -> List[bool]:
-    """Which of the kernel's twelve buffers (y, yh, yc, scratch, x, w, r, bias, lens, h0, c0, p) the node has."""
-    return [k["y"], True, op == "LSTM", True, True, True, True, k["bias"], k["lens"], k["h0"], k["c0"], k["peephole"]]
+    """Which of the kernel's thirteen buffers (y, yh, yc, scratch, x, w, r, bias, lens, h0, c0, p, status) the node
+    has (status: where the kernel reports a bad length from lens)."""
+    return [
+        k["y"],
+        True,
+        op == "LSTM",
+        True,
+        True,
+        True,
+        True,
+        k["bias"],
+        k["lens"],
+        k["h0"],
+        k["c0"],
+        k["peephole"],
+    ] + [k["lens"]]
 
 
 def _extents(k: Dict[str, Any]) -> List[int]:
-    """The element count of each of the twelve buffers."""
+    """The element count of each of the thirteen buffers."""
     T, B, D, I, H, G = k["T"], k["B"], k["D"], k["I"], k["H"], k["G"]
     state = D * B * H
     return [
@@ -31,6 +46,7 @@ def _extents(k: Dict[str, Any]) -> List[int]:
         state,
         state,
         D * 3 * H,
+        D * B * SLOT_WORDS,
     ]
 
 
@@ -63,6 +79,7 @@ def rnn_kernel(op: str, k: Dict[str, Any], a: Dict[str, Any], dtype: str = "floa
         clip=float(a["clip"]) if "clip" in a else None,
         input_forget=bool(a.get("input_forget", 0)),
         before_reset=bool(a.get("linear_before_reset", 0)),
+        words=SLOT_WORDS,
     )
     extents = [e for e, keep in zip(_extents(k), present) if keep]
     return make_kernel(op.lower(), body, extents, k["D"] * k["B"], OPT_FLAGS)

@@ -2,7 +2,8 @@
 
 Batch rows and directions are independent recurrences, so each ``core_id`` call runs one of them from
 its initial state to the end of its sequence (``sequence_lens``: a shorter row stops early, its Y rows
-past the end are zero and Y_h/Y_c hold the state of its last step). The hidden (and cell) state lives
+past the end are zero and Y_h/Y_c hold the state of its last step; a length outside [0, T] is an error:
+constant, refused at build, from data, reported by the kernel, exit 2). The hidden (and cell) state lives
 in Y_h (and Y_c), or in a temporary where the model does not ask for them; gate pre-activations go to a
 scratch buffer. Both layouts are strides compiled in; only the default activations are implemented.
 """
@@ -119,5 +120,11 @@ def lower_rnn(L: Lowering, node: Node) -> None:
     buffers += [x, w, r] + [n for n in (_optional(node, 3), _optional(node, 4), _optional(node, 5)) if n]
     if op == "LSTM":
         buffers += [n for n in (_optional(node, 6), _optional(node, 7)) if n]
-    written = int(k["y"]) + 1 + int(op == "LSTM") + 1  # Y, Y_h, Y_c, scratch come first
-    L.source(rnn_kernel(op, k, node.attrs), buffers, outputs=list(range(written)))
+    written = list(range(int(k["y"]) + 1 + int(op == "LSTM") + 1))  # Y, Y_h, Y_c, scratch come first
+    kernel = rnn_kernel(op, k, node.attrs)
+    lens = _optional(node, 4)
+    if lens:  # lengths from data (constant ones are checked at build: frontend/indices.py)
+        why = "%r has %d time steps" % (x, seq)
+        buffers.append(L.status_slots(node.label(), "sequence_lens %r" % lens, (batch,), why, kernel.chunks))
+        written.append(len(buffers) - 1)
+    L.source(kernel, buffers, outputs=written)
