@@ -312,15 +312,16 @@ def lower_int_conv(L: Lowering, node: Node) -> None:
 
 register(
     ["MatMulInteger"],
-    "generated C, int32 sums; int8/uint8 A and B (batch dims broadcast), a_zero_point per tensor or per row, "
-    "b_zero_point per tensor or per column",
+    "generated C, int32 sums (the int8 GEMM, VNNI where the CPU has it, for a_zero_point per tensor); int8/uint8 A "
+    "and B (batch dims broadcast), a_zero_point per tensor or per row, b_zero_point per tensor or per column",
     check=_matmul_check,
     dtypes=DTYPES_TAKEN,
 )(lower_int_matmul)
 register(
     ["QLinearMatMul"],
-    "generated C, int32 sums requantized as onnxruntime (half to even, saturated); int8/uint8; float32 or float16 "
-    "scales; b's scale and zero point per tensor or per column, the others per tensor",
+    "generated C (the int8 GEMM, VNNI where the CPU has it), int32 sums requantized as onnxruntime (half to even, "
+    "saturated); int8/uint8; float32 or float16 scales; b's scale and zero point per tensor or per column, the "
+    "others per tensor",
     check=_matmul_check,
     dtypes=DTYPES_TAKEN,
 )(lower_int_matmul)
