@@ -28,8 +28,11 @@ from .ops import (  # noqa: F401 - they fill the op table
     cast,
     clip,
     col2im,
+    compress,
     conv,
     conv_transpose,
+    deform_conv,
+    einsum,
     elementwise,
     eye_like,
     grid_sample,
@@ -37,6 +40,7 @@ from .ops import (  # noqa: F401 - they fill the op table
     lp_pool,
     matmul,
     matrix,
+    max_unpool,
     norm,
     pool,
     quant,
@@ -48,6 +52,7 @@ from .ops import (  # noqa: F401 - they fill the op table
     shape,
     shrink,
     space_depth,
+    tensor_scatter,
     topk,
 )
 from .ops.lowering import Lowering, PlanParts, npy_bytes

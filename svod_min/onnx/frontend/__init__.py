@@ -3,7 +3,8 @@ folded, shapes inferred; :mod:`.quant_fold`: Q/DequantizeLinear of constants; :m
 allocate, told before it runs; :mod:`.inference_error`: which node a failed shape inference is about; :mod:`.functions`:
 ops ONNX defines as functions, expanded where the table has no lowering; :mod:`.pins`: inputs pinned at build,
 ``build --pin``; :mod:`.branch` and :mod:`.loops`: If, Loop and Scan known at build time, inlined and
-unrolled) into the IR
+unrolled; :mod:`.selected_shapes`: the output shapes of Compress and MaxUnpool that a constant decides;
+:mod:`.einsum_syntax`: Einsum equations checked before onnx's inference reads them) into the IR
 (:mod:`.ir`; :mod:`.half`: float16/bfloat16 nodes of float32-only ops computed in float32), checks against the op
 table (:mod:`.table`; :mod:`.indices`: the index rules; :mod:`.contracts`: the shape contracts onnx's inference leaves
 unchecked), the graph passes (:mod:`.passes`: folds, fusions) and the layout pass (:mod:`.layout`: the blocked channel

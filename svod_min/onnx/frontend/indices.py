@@ -3,9 +3,9 @@
 ONNX calls an index outside its op's range an error (onnxruntime refuses the model): Gather, GatherElements,
 ScatterElements take ``[-n, n-1]`` along their axis (a negative index counts from the end), GatherND and
 ScatterND the same per component of an index tuple, TopK's k ``[0, n]``, Split's sizes ``[0, n]``, the axes of
-Slice and Pad ``[-r, r-1]``, ReverseSequence's lengths ``[0, steps]``. Slice's starts and ends are clamped by the
-spec and OneHot maps an index outside ``[-depth, depth-1]`` to all off values: neither is an error, so neither has a
-rule here.
+Slice and Pad ``[-r, r-1]``, ReverseSequence's and RNN/LSTM/GRU's lengths ``[0, steps]``, TensorScatter's write
+indices ``[0, max - seq]`` (circular: ``[0, 2^63 - 1]``). Slice's starts and ends are clamped by the spec and OneHot
+maps an index outside ``[-depth, depth-1]`` to all off values: neither is an error, so neither has a rule here.
 
 One table serves both places a constant index meets the front end: the fold step (``parse.py``) declines to
 fold a node whose constant indices break its rule (onnx's reference evaluator wraps or clamps some of them:
@@ -229,6 +229,78 @@ def _reverse_sequence(attrs: Mapping[str, Any], ops: List[Operand], opset: int) 
     return BadIndex("sequence_lens %r" % lens.name, hit[1], hit[0], 0, n, why, "sequence length")
 
 
+@rule("TensorScatter")
+def _tensor_scatter(attrs: Mapping[str, Any], ops: List[Operand], opset: int) -> Optional[BadIndex]:
+    """write_indices (input 2), one per batch element: [0, max - seq] in linear mode (the update's rows all land in
+    the cache), any non-negative index in circular mode (taken modulo max)."""
+    past, update, w = _input(ops, 0), _input(ops, 1), _input(ops, 2)
+    if past is None or update is None or w is None or w.const is None or past.shape is None or update.shape is None:
+        return None
+    axis = _axis(attrs, len(past.shape), -2)
+    if axis is None or len(update.shape) != len(past.shape):
+        return None  # a shape error, which the op table names
+    n, seq = past.shape[axis], update.shape[axis]
+    circular = attrs.get("mode", "linear") == "circular"
+    hi = (1 << 63) - 1 if circular else n - seq
+    hit = first_outside(np.asarray(w.const).reshape(-1), 0, hi)
+    if hit is None:
+        return None
+    why = "axis %d of %r has %d positions, the update %d%s" % (
+        axis,
+        past.name,
+        n,
+        seq,
+        " (circular: any non-negative index, modulo %d)" % n if circular else "",
+    )
+    return BadIndex("write_indices %r" % w.name, hit[1], hit[0], 0, hi, why, "write index")
+
+
+@rule("RNN", "LSTM", "GRU")
+def _recurrence(attrs: Mapping[str, Any], ops: List[Operand], opset: int) -> Optional[BadIndex]:
+    """sequence_lens (input 4), one per batch row: [0, steps] (onnxruntime refuses any other)."""
+    x, lens = _input(ops, 0), _input(ops, 4)
+    if x is None or x.shape is None or len(x.shape) != 3 or lens is None or lens.const is None:
+        return None
+    steps = x.shape[1 if int(attrs.get("layout", 0)) else 0]
+    hit = first_outside(np.asarray(lens.const).reshape(-1), 0, steps)
+    if hit is None:
+        return None
+    why = "%r has %d time steps" % (x.name, steps)
+    return BadIndex("sequence_lens %r" % lens.name, hit[1], hit[0], 0, steps, why, "sequence length")
+
+
+def unpool_default_shape(attrs: Mapping[str, Any], shape: Sequence[int]) -> List[int]:
+    """MaxUnpool's output shape without ``output_shape``: N, C, then ``(in - 1) * stride - pads + kernel`` per
+    spatial axis."""
+    kernel = [int(k) for k in attrs.get("kernel_shape", [])]
+    rank = len(kernel)
+    strides = [int(s) for s in attrs.get("strides", [1] * rank)]
+    pads = [int(p) for p in attrs.get("pads", [0] * (2 * rank))]
+    spatial = [(int(shape[2 + a]) - 1) * strides[a] - pads[a] - pads[rank + a] + kernel[a] for a in range(rank)]
+    return [int(shape[0]), int(shape[1])] + spatial
+
+
+@rule("MaxUnpool")
+def _max_unpool(attrs: Mapping[str, Any], ops: List[Operand], opset: int) -> Optional[BadIndex]:
+    """Indices (input 1) are flat positions in the output: [0, size - 1], the size of output_shape (input 2) where it
+    is a constant, else of the default shape."""
+    data, idx, out = _input(ops, 0), _input(ops, 1), _input(ops, 2)
+    if data is None or idx is None or idx.const is None or data.shape is None:
+        return None
+    kernel = attrs.get("kernel_shape", [])
+    if len(data.shape) != len(kernel) + 2:
+        return None  # a shape error, which shape inference names
+    if out is not None and out.const is None:
+        return None  # the output's shape is not known: the op table asks for a pin
+    dims = [int(d) for d in out.const.reshape(-1)] if out is not None else unpool_default_shape(attrs, data.shape)
+    size = int(np.prod(dims))
+    hit = first_outside(idx.const, 0, size - 1)
+    if hit is None:
+        return None
+    why = "a flat position in the output, shape %s" % dims
+    return BadIndex("indices %r" % idx.name, hit[1], hit[0], 0, size - 1, why)
+
+
 def check_indices(op: str, attrs: Mapping[str, Any], operands: Sequence[Operand], opset: int) -> Optional[BadIndex]:
     """The first constant index of the node that breaks its op's rule, or None (no rule, all in range, or its
     indices are not constants: those are the kernel's to check at run time)."""
@@ -236,4 +308,4 @@ def check_indices(op: str, attrs: Mapping[str, Any], operands: Sequence[Operand]
     return None if check is None else check(attrs, list(operands), opset)
 
 
-__all__ = ["BadIndex", "Operand", "RULES", "check_indices", "first_outside"]
+__all__ = ["BadIndex", "Operand", "RULES", "check_indices", "first_outside", "unpool_default_shape"]

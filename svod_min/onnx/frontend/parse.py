@@ -19,6 +19,7 @@ from ...error import IndexOutOfRangeError, ModelFileError, UnsupportedModelError
 from .branch import inline_if
 from .contracts import contract_violation
 from .contrib import rewrite_contrib
+from .einsum_syntax import refuse_bad_equations
 from .fold_size import too_big_to_fold
 from .functions import ROUNDS, attribute_value, expand_functions, set_default_attributes
 from .indices import RULES as INDEX_RULES
@@ -27,7 +28,8 @@ from .inference_error import inference_failure
 from .ir import Graph, Node, Value
 from .loops import unroll_loop, unroll_scan
 from .pins import deciding_inputs, pin_inputs, resolve_pins
-from .quant_fold import dequantize_constant, quantize_constant
+from .quant_fold import dequantize_constant, fuse_qdq_matmul, quantize_constant
+from .selected_shapes import selected_shapes
 from .table import OpSpec
 
 #: ONNX's integer element types: an input of one without a bound dim is told of --pin too.
@@ -61,6 +63,7 @@ def load_model(path: str) -> onnx.ModelProto:
     if not model.graph.node and not model.graph.output:
         raise ModelFileError("%s: not an ONNX model (no graph): truncated, corrupt or another format" % path)
     _load_external_data(model, os.path.dirname(os.path.abspath(path)), path)
+    refuse_bad_equations(model, path)  # before anything runs onnx's shape inference, which loops on some
     try:
         opset = opset_of(model)
     except UnsupportedModelError:
@@ -464,12 +467,18 @@ def read_graph(
     pin_inputs(model, pinned)
     if table is not None:
         set_default_attributes(model, opset, table)
+    if opset >= 10:  # QLinearMatMul's first opset
+        fuse_qdq_matmul(model)
     model = fold_constants(model, opset)
     for _ in range(ROUNDS if table is not None else 0):
         expanded = expand_functions(model, opset, table or {})
         if expanded is None:
             break
         model = fold_constants(expanded, opset)
+    for _ in range(ROUNDS):  # what follows a Compress or MaxUnpool is inferred (and folded) from its shape now
+        if not selected_shapes(model, _static_shapes(model)):
+            break
+        model = fold_constants(model, opset)
     if _pad1_shapes(model):
         model = infer(model)  # what follows a Pad-1 is inferred from its shape now
     check_declared_outputs(model, declared)

@@ -25,6 +25,8 @@ kernel for every target at build time.
 - :mod:`.layer_norm`: LayerNormalization with its Mean and InvStdDev outputs.
 - :mod:`.lp_pool`: LpPool over 1-D to 3-D windows.
 - :mod:`.indexed`: GatherND, ScatterND, ScatterElements (indices from data checked) and OneHot.
+- :mod:`.unpool`: MaxUnpool's scatter into a zero output (indices from data checked).
+- :mod:`.einsum`: Einsum, one loop per label of the equation.
 - :mod:`.matrix`: Trilu's triangle, Det's LU factorisation.
 - :mod:`.grid_sample`: GridSample, its taps clamped into the input whatever the grid holds.
 - :mod:`.col2im`: Col2Im, each image accumulated from the blocks that land on it (any number of axes).

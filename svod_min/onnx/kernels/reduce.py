@@ -6,8 +6,9 @@ from __future__ import annotations
 from .arith import DTYPES
 from .ckernel import CKernel, make_kernel, render, share
 
-#: The reductions reduce_axis computes (the template's kinds); sum, mean and max for float64 (the library's: float32).
-KINDS = ("min", "prod", "sumsquare", "l1", "l2", "logsum", "sum", "mean", "max")
+#: The reductions reduce_axis computes (the template's kinds); sum, mean and max for float64 (the library's: float32);
+#: any and all: ReduceMax and ReduceMin of bool.
+KINDS = ("min", "prod", "sumsquare", "l1", "l2", "logsum", "sum", "mean", "max", "any", "all")
 
 
 def reduce_axis(outer: int, red: int, inner: int, kind: str, dtype: str = "float32") -> CKernel:

@@ -15,6 +15,8 @@ plan ops through :class:`.lowering.Lowering` (library kernels, generated kernels
   :mod:`.space_depth` (DepthToSpace, SpaceToDepth),
   :mod:`.shrink`, :mod:`.sequence` (ReverseSequence; lengths from data checked by the kernel), :mod:`.topk`,
   :mod:`.tensor_scatter` (TensorScatter; write indices from data checked by the kernel).
+- :mod:`.einsum` (the equation parsed into one kernel's loops), :mod:`.compress` (a Gather of the positions a
+  condition known at build selects), :mod:`.max_unpool` (indices from data checked by the kernel).
 - :mod:`.blocked`: the ops of the blocked channel layout that :mod:`..frontend.layout` emits.
 - :mod:`.pinned`: the run-time checks of inputs pinned at build (``build --pin``).
 """

@@ -53,8 +53,22 @@ REDUCE_C = {
 }
 
 
+#: Reductions that also take bool: ReduceMax is any, ReduceMin all (generated C).
+BOOL_REDUCE = {"ReduceMax": "any", "ReduceMin": "all"}
+
+
 @register(
-    sorted(REDUCE_LIB) + sorted(REDUCE_C),
+    sorted(BOOL_REDUCE),
+    "library reduce_max (float32), generated C for the others; bool: max is any, min is all; axes not in one block "
+    "permuted to the end first",
+    check=_reduce_check,
+    dtypes=("float32", "float64", "bool"),
+    axes=ANY,
+    keepdims=ANY,
+    noop_with_empty_axes=ANY,
+)
+@register(
+    sorted(set(REDUCE_LIB) - set(BOOL_REDUCE)) + sorted(set(REDUCE_C) - set(BOOL_REDUCE)),
     "library reduce_mean/sum/max, generated C for the others; axes not in one block permuted to the end first",
     check=_reduce_check,
     dtypes=("float32", "float64"),
@@ -77,7 +91,9 @@ def lower_reduce(L: Lowering, node: Node) -> None:
         int(np.prod(shape[axes[-1] + 1 :])),
     )
     dtype = L.value(x).dtype
-    if dtype == "float64":  # generated C in double: the library's reductions are float32
+    if dtype == "bool":
+        L.source(reduce_axis(outer, red, inner, BOOL_REDUCE[node.op], dtype), [out, x])
+    elif dtype == "float64":  # generated C in double: the library's reductions are float32
         L.source(reduce_axis(outer, red, inner, REDUCE_C.get(node.op) or REDUCE_DOUBLE[node.op], dtype), [out, x])
     elif node.op in REDUCE_LIB:
         L.library(
