@@ -1,11 +1,12 @@
 """The int8 GEMM (onnx/kernels/qgemm.py, templates/qgemm.c.j2) on every path it has: AVX512-VNNI (zmm), AVX-VNNI
-(ymm) and portable C, each forced (svod_int8_isa through rt_helpers.set_int8_isa, the compile target through
-SVOD_TARGET), on shapes whose M, K and N are no multiples of the tile (6 rows, 4-byte K groups, 64-column panels),
-int8 and uint8 on either side, zero points per tensor and per column, B constant (packed at build) and run-time
-(packed by a kernel, batched and broadcast): MatMulInteger against numpy's int64 sums, QLinearMatMul bit for bit
-against onnxruntime. Then the QDQ MatMul groups the front end rewrites into QLinearMatMul (frontend/quant_fold.py):
-a hand-built graph (per-column int8 weights, and activation x activation as attention has it) within one quantum
-of onnxruntime, and what is left alone."""
+(ymm), vpmaddwd without VNNI (zmm and ymm) and portable C, each forced (svod_int8_isa through
+rt_helpers.set_int8_isa, the compile target through SVOD_TARGET), on shapes whose M, K and N are no multiples of the
+tile (6 rows, 4-byte K groups, 64-column panels), int8 and uint8 on either side, zero points per tensor, per row
+and per column, B constant (packed at build) and run-time (packed by a kernel, batched and broadcast):
+MatMulInteger and ConvInteger (weights x patches packed from the input) against numpy's int64 sums, QLinearMatMul
+bit for bit against onnxruntime. Then the QDQ MatMul groups the front end rewrites into QLinearMatMul
+(frontend/quant_fold.py): a hand-built graph (per-column int8 weights, and activation x activation as attention
+has it) within one quantum of onnxruntime, and what is left alone."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from support import conv_ref  # noqa: E402
 from support.onnx_models import build_and_load, run_ort, typed_model  # noqa: E402
 
 from svod_min.compiler.targets import cpu_features  # noqa: E402
@@ -47,6 +49,12 @@ CASES = [
     ([10], "uint8", [10, 3], "int8", True, True, False),
 ]
 
+#: ConvInteger cases: (x shape, x dtype, w shape, w dtype, attributes, w's zero point per output channel)
+CONVS = [
+    ([2, 3, 7, 9], "uint8", [5, 3, 3, 2], "int8", dict(pads=[1, 0, 2, 1], strides=[2, 1], dilations=[1, 2]), True),
+    ([1, 4, 11, 13], "int8", [7, 4, 3, 3], "uint8", dict(pads=[1, 1, 1, 1]), False),
+]
+
 
 def _graph() -> Tuple[Any, Dict[str, Any], Dict[str, Any], List[Any]]:
     """One model holding every case (one build): MatMulInteger outputs y0..., QLinearMatMul outputs q0...."""
@@ -61,6 +69,18 @@ def _graph() -> Tuple[Any, Dict[str, Any], Dict[str, Any], List[Any]]:
         ins = ["a%d" % i, "b%d" % i, "za%d" % i if za else "", "zb%d" % i]
         nodes.append(helper.make_node("MatMulInteger", ins, ["y%d" % i]))
         refs.append(np.matmul(a.astype(np.int64) - zav, b.astype(np.int64) - zbv))
+    # ConvInteger of one group: weights x patches packed from x (pads, strides, dilations; w's zero point per
+    # output channel or per tensor), against numpy's exact sums
+    for i, (xsh, xdt, wsh, wdt, attrs, per_channel) in enumerate(CONVS):
+        x, w = _ints(xdt, xsh), _ints(wdt, wsh)
+        xz, wz = _ints(xdt, []), _ints(wdt, [wsh[0]] if per_channel else [])
+        feeds["cx%d" % i] = x
+        consts.update({"cw%d" % i: w, "cxz%d" % i: xz, "cwz%d" % i: wz})
+        ins = ["cx%d" % i, "cw%d" % i, "cxz%d" % i, "cwz%d" % i]
+        nodes.append(helper.make_node("ConvInteger", ins, ["c%d" % i], **attrs))
+        wd = w.astype(np.int64) - (wz[:, None, None, None] if per_channel else wz)
+        stride, dil = tuple(attrs.get("strides", (1, 1))), tuple(attrs.get("dilations", (1, 1)))
+        refs.append(conv_ref.conv2d(x.astype(np.int64) - xz, wd, stride, attrs.get("pads", [0] * 4), dil))
     # QLinearMatMul: per-column b scale and zero point, the dtype pairings onnxruntime takes, a y scale small
     # enough to saturate
     for i, (m, k, n, adt, bdt, ydt) in enumerate(
@@ -79,19 +99,20 @@ def _graph() -> Tuple[Any, Dict[str, Any], Dict[str, Any], List[Any]]:
                 p + "b": _ints(bdt, [k, n]),
                 p + "bs": RNG.uniform(0.005, 0.03, [n]).astype(np.float32),
                 p + "bz": _ints(bdt, [n]),
-                p + "ys": np.array(0.4 * np.sqrt(k), np.float32),
+                p + "ys": np.array(0.15 * np.sqrt(k), np.float32),
                 p + "yz": _ints(ydt, []),
             }
         )
         ins = [p + s for s in ("a", "as", "az", "b", "bs", "bz", "ys", "yz")]
         nodes.append(helper.make_node("QLinearMatMul", ins, ["q%d" % i]))
-    outputs = ["y%d" % i for i in range(len(CASES))] + ["q0", "q1", "q2"]
+    outputs = ["y%d" % i for i in range(len(CASES))] + ["c%d" % i for i in range(len(CONVS))] + ["q0", "q1", "q2"]
     inputs = [(name, list(v.shape), ELEM[v.dtype.name]) for name, v in feeds.items()]
     # onnxruntime refuses per-column b zero points of MatMulInteger: it checks the QLinearMatMul nodes alone
     qfeeds = {k: v for k, v in feeds.items() if k.startswith("q")}
     qinputs = [(name, list(v.shape), ELEM[v.dtype.name]) for name, v in qfeeds.items()]
     qconsts = {k: v for k, v in consts.items() if k.startswith("q")}
-    want = run_ort(typed_model(nodes[len(CASES) :], qinputs, outputs[len(CASES) :], 13, qconsts), qfeeds)
+    first = len(CASES) + len(CONVS)
+    want = run_ort(typed_model(nodes[first:], qinputs, outputs[first:], 13, qconsts), qfeeds)
     return typed_model(nodes, inputs, outputs, 13, consts), feeds, want, refs
 
 
@@ -130,8 +151,9 @@ def test_int8_gemm_every_path_and_remainder(tmp_path: Any, monkeypatch: Any) -> 
             got = load_model(bundle if targets else str(tmp_path / "g.svod")).run(feeds)
         finally:
             set_int8_isa(old)
-        for i, ref in enumerate(refs):
-            np.testing.assert_array_equal(got["y%d" % i], ref.astype(np.int32), err_msg="%s %d y%d" % (target, bits, i))
+        names = ["y%d" % i for i in range(len(CASES))] + ["c%d" % i for i in range(len(CONVS))]
+        for name, ref in zip(names, refs):
+            np.testing.assert_array_equal(got[name], ref.astype(np.int32), err_msg="%s %d %s" % (target, bits, name))
         for i in range(3):
             np.testing.assert_array_equal(got["q%d" % i], want[i], err_msg="%s %d q%d" % (target, bits, i))
         seen.append((target, bits))

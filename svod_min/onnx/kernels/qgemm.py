@@ -10,6 +10,7 @@ from typing import Tuple
 
 import numpy as np
 
+from ..geometry import ConvGeom
 from .ckernel import CKernel, make_kernel, render, share
 from .quant import QUANT_TYPES
 
@@ -23,7 +24,8 @@ class GemmShape:
     """out[batch..., M, N] from a[..., M, K] and packed B. ``bd``: the output's batch dims; ``sa``: A's element
     stride per batch dim, ``sp``: the packed B's per batch dim (in whole packed matrices; 0 where one repeats);
     ``b_batches``: how many matrices B holds; ``bzn``/``bsn``: b's zero point's and scale's stride per column
-    (0: per tensor); ``sizes``: the element counts of a, b's zero point and b's scale."""
+    (0: per tensor); ``sizes``: the element counts of a, b's zero point and b's scale; ``azm``: a's zero point's
+    stride per row (0: per tensor, 1: one per row, the same in every batch)."""
 
     m: int
     k: int
@@ -35,6 +37,7 @@ class GemmShape:
     bzn: int
     bsn: int
     sizes: Tuple[int, int, int]
+    azm: int = 0
 
 
 def panels(n: int) -> int:
@@ -107,10 +110,11 @@ def int8_gemm(s: GemmShape, a: str, b: str, y: str) -> CKernel:
         sp=list(s.sp),
         bzn=s.bzn,
         bsn=s.bsn,
+        azm=s.azm,
         **_flips(a, b),
     )
     packed, sums = packed_sizes(s.k, s.n, s.b_batches)
-    extents = [batch * s.m * s.n, s.sizes[0], packed, sums, 1, s.sizes[1]]
+    extents = [batch * s.m * s.n, s.sizes[0], packed, sums, s.m if s.azm else 1, s.sizes[1]]
     if qlinear:
         extents += [1, s.sizes[2], 1, 1]
     return make_kernel("qgemm" if qlinear else "gemmint", body, extents, chunks, flops=2 * batch * s.m * s.n * s.k)
@@ -135,3 +139,37 @@ def int8_pack(k: int, n: int, batches: int, b: str) -> CKernel:
     )
     packed, sums = packed_sizes(k, n, batches)
     return make_kernel("qpack", body, [packed, sums, batches * k * n], chunks)
+
+
+def int8_pack_conv(g: ConvGeom, x: str) -> CKernel:
+    """The patches of ConvInteger's input ``x`` (one group; int8/uint8) packed as the int8 GEMM's B, one matrix
+    [C*KH*KW, OH*OW] per image. Buffers: packed B, column sums, x, x's zero point."""
+    k, n = g.c * g.kh * g.kw, g.oh * g.ow
+    items = g.n * panels(n)
+    chunks, per = share(items, PANEL_COLUMNS * k)
+    body = render(
+        "qpack_conv.c.j2",
+        X=QUANT_TYPES[x][0],
+        K=k,
+        K4=k_groups(k),
+        items=items,
+        per=per,
+        panels=panels(n),
+        panel_bytes=panel_bytes(k),
+        flip_byte=0x80 if x == "uint8" else 0,
+        c=g.c,
+        h=g.h,
+        w=g.w,
+        oh=g.oh,
+        ow=g.ow,
+        kh=g.kh,
+        kw=g.kw,
+        sh=g.sh,
+        sw=g.sw,
+        pt=g.pt,
+        pl=g.pl,
+        dh=g.dh,
+        dw=g.dw,
+    )
+    packed, sums = packed_sizes(k, n, g.n)
+    return make_kernel("qpackconv", body, [packed, sums, g.n * g.c * g.h * g.w, 1], chunks)

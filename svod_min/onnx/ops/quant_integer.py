@@ -18,10 +18,10 @@ import numpy as np
 
 from ..frontend.ir import Graph, Node
 from ..frontend.table import ANY, register
-from ..geometry import broadcast_strides
+from ..geometry import ConvGeom, broadcast_strides
 from ..kernels.arith import DTYPES, Arith
 from ..kernels.elementwise import elementwise
-from ..kernels.qgemm import GemmShape, int8_gemm, int8_pack, pack_b, packed_sizes
+from ..kernels.qgemm import GemmShape, int8_gemm, int8_pack, int8_pack_conv, pack_b, packed_sizes
 from ..kernels.quant_integer import MatMulShape, int_conv, int_matmul
 from .lowering import Lowering
 from .window import PAD_MODES, geometry
@@ -300,6 +300,9 @@ def lower_int_conv(L: Lowering, node: Node) -> None:
     g = geometry(L, node, ws[2:], ws[0], int(node.attrs.get("group", 1)))
     xz = _zero_point(L, node, 2, xdt)
     wz = _zero_point(L, node, 5 if qlinear else 3, wdt)
+    if not qlinear and g.groups == 1:
+        _lower_conv_gemm(L, g, (x, w, y), (xz, wz), (xdt, wdt))
+        return
     buffers = [y, x, w, xz, wz]
     wscale_per_channel = False
     if qlinear:
@@ -308,6 +311,21 @@ def lower_int_conv(L: Lowering, node: Node) -> None:
         buffers += [scales[0], scales[1], scales[2], node.inputs[7], bias]
         wscale_per_channel = L.value(scales[1]).size != 1
     L.source(int_conv(g, xdt, wdt, ydt, L.value(wz).size != 1, wscale_per_channel), buffers)
+
+
+def _lower_conv_gemm(
+    L: Lowering, g: ConvGeom, names: Tuple[str, str, str], zps: Tuple[str, str], dtypes: Tuple[str, str]
+) -> None:
+    """ConvInteger of one group on the int8 GEMM: per image, the weights [OC, C*KH*KW] (w's zero point per tensor or
+    per row) times the input's patches [C*KH*KW, OH*OW], packed straight from x (kernels/qgemm.py), into NCHW."""
+    x, w, y = names
+    k, n = g.c * g.kh * g.kw, g.oh * g.ow
+    np_, ns = packed_sizes(k, n, g.n)
+    bp, bsum = L.temp((np_,), "int8", "patches"), L.temp((ns,), "int32", "patch_sums")
+    L.source(int8_pack_conv(g, dtypes[0]), [bp, bsum, x, zps[0]], outputs=(0, 1))
+    per_row = L.value(zps[1]).size != 1
+    shape = GemmShape(g.oc, k, n, (g.n,), (0,), (1,), g.n, 0, 0, (L.value(w).size, 1, 1), 1 if per_row else 0)
+    L.source(int8_gemm(shape, dtypes[1], dtypes[0], "int32"), [y, w, bp, bsum, zps[1], zps[0]])
 
 
 register(
