@@ -19,7 +19,8 @@ from svod_min.error import IndexOutOfRangeError, ModelFileError, UnsupportedMode
 F, D, I64, B = TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.INT64, TensorProto.BOOL
 
 #: (equation, operand shapes): matmul, batched, diagonal, trace, ellipsis broadcast (a dim of 1 against 5), implicit
-#: output (transposed, contracted), three operands, an outer product, a sum to a scalar, a repeated letter kept.
+#: output (transposed, contracted), three operands, an outer product, a sum to a scalar, a repeated letter kept,
+#: upper-case letters, and permuted matmuls.
 EQUATIONS = [
     ("ij,jk->ik", [(3, 4), (4, 5)]),
     ("bij,bjk->bik", [(2, 3, 4), (2, 4, 2)]),
@@ -34,6 +35,11 @@ EQUATIONS = [
     ("bii->bi", [(2, 3, 3)]),
     ("i...->...", [(3, 2, 2)]),
     ("Ab,bC->AC", [(2, 3), (3, 2)]),
+    # float32 contractions of two operands run as matmuls: operands and result permuted where their layout differs
+    ("bqd,bkd->bqk", [(2, 3, 4), (2, 5, 4)]),
+    ("ik,kj->ji", [(3, 4), (4, 2)]),
+    ("kib,bkj->jbi", [(4, 3, 2), (2, 4, 5)]),
+    ("ij,jk->k", [(2, 3), (3, 4)]),  # i summed within one operand: the kernel
 ]
 
 

@@ -1,5 +1,6 @@
-"""Einsum: the equation parsed at build time into one generated kernel (:mod:`..kernels.einsum`) that loops over its
-index space.
+"""Einsum: the equation parsed at build time. A float32 contraction of two operands (each label a batch, M, N or K
+label) runs as the library's matmul, one per batch element; every other equation as one generated kernel
+(:mod:`..kernels.einsum`) that loops over its index space.
 
 Every label of the equation is one loop: the output's labels (the ellipsis' dims first where the output has them)
 index the output elements, the other labels are summed over. An operand's element offset is the sum of its labels'
@@ -20,8 +21,11 @@ from ..frontend.table import ANY, register
 from ..geometry import contiguous_strides
 from ..kernels.arith import FLOATS, INTEGERS
 from ..kernels.einsum import einsum_kernel
-from .lowering import Lowering
+from .lowering import F32, Lowering
+from .shape import permuted
 
+#: At most this many matmuls for one Einsum (one per batch element); more small ones run as the one kernel.
+MAX_BATCH = 1024
 #: The element types the kernel computes in (float16 and bfloat16 nodes are widened to float32 by frontend/half.py).
 EINSUM_DTYPES = tuple(d for d in FLOATS if d not in ("float16", "bfloat16")) + INTEGERS
 
@@ -155,8 +159,9 @@ def _einsum_check(graph: Graph, node: Node) -> Optional[str]:
 
 @register(
     ["Einsum"],
-    "generated C: one loop per label (diagonals, ellipsis broadcast, implicit output), sums in double (float) or "
-    "in the type, wrapping (integers); float32, float64 and integer operands",
+    "a float32 contraction of two operands: library matmul per batch element (operands and result permuted where "
+    "their layout differs); else generated C, one loop per label (diagonals, ellipsis broadcast, implicit output), "
+    "sums in double (floats) or wrapping (integers); float32, float64 and integer operands",
     check=_einsum_check,
     dtypes=EINSUM_DTYPES,
     equation=ANY,
@@ -165,6 +170,8 @@ def lower_einsum(L: Lowering, node: Node) -> None:
     out = node.outputs[0]
     shapes = [L.value(n).shape for n in node.inputs]
     plan = plan_equation(_equation(node), shapes)
+    if _as_matmul(L, node, plan, shapes):
+        return
     loops = plan.output + plan.summed
     per_operand = [_operand_strides(plan, labels, shape) for labels, shape in zip(plan.operands, shapes)]
     strides = [[s.get(label, 0) for label in loops] for s in per_operand]
@@ -176,3 +183,63 @@ def lower_einsum(L: Lowering, node: Node) -> None:
         L.value(out).dtype,
     )
     L.source(kernel, [out] + list(node.inputs))
+
+
+def _as_matmul(L: Lowering, node: Node, plan: Plan, shapes: Sequence[Sequence[int]]) -> bool:
+    """A float32 contraction of two operands as the library's matmul, one per batch element: each label is a batch
+    label (both operands and the output), an M or N label (one operand and the output) or a K label (both operands,
+    summed); the operands are permuted into (batch, M, K) and (batch, K, N) where their layout differs, the result
+    from (batch, M, N) into the output's order. False (nothing emitted) for anything else: a diagonal, a label summed
+    within one operand, a broadcast dim, another dtype."""
+    out = node.outputs[0]
+    if L.value(out).dtype != "float32" or len(plan.operands) != 2:
+        return False
+    a_labels, b_labels = plan.operands
+    for labels, shape in zip(plan.operands, shapes):
+        if len(set(labels)) != len(labels) or any(int(d) != plan.sizes[x] for x, d in zip(labels, shape)):
+            return False  # a diagonal, or an ellipsis dim that broadcasts
+    kept = set(plan.output)
+    if any(x not in kept and x not in b_labels for x in a_labels) or any(
+        x not in kept and x not in a_labels for x in b_labels
+    ):
+        return False  # a label summed within one operand
+    batch = [x for x in plan.output if x in a_labels and x in b_labels]
+    m = [x for x in plan.output if x in a_labels and x not in b_labels]
+    n = [x for x in plan.output if x in b_labels and x not in a_labels]
+    k = [x for x in a_labels if x in b_labels and x not in kept]
+    size = plan.sizes
+    nb, rows, cols, depth = (int(np.prod([size[x] for x in part])) for part in (batch, m, n, k))
+    if nb > MAX_BATCH:
+        return False
+    a = _arranged(L, node.inputs[0], a_labels, shapes[0], batch + m + k, size)
+    b = _arranged(L, node.inputs[1], b_labels, shapes[1], batch + k + n, size)
+    order = batch + m + n
+    c = out if order == plan.output else L.temp([size[x] for x in order], "float32", "einsum_c")
+    dims = {"M": rows, "N": cols, "K": depth}
+    if nb == 1:
+        L.library("matmul", F32, [c, a, b], dims)
+    for i in range(nb if nb > 1 else 0):
+        va = L.subview(a, 4 * i * rows * depth, (rows, depth))
+        vb = L.subview(b, 4 * i * depth * cols, (depth, cols))
+        vc = L.subview(c, 4 * i * rows * cols, (rows, cols))
+        L.library("matmul", F32, [vc, va, vb], dims)
+    if c != out:
+        strides = dict(zip(order, contiguous_strides([size[x] for x in order])))
+        permuted(L, out, c, L.value(out).shape, [strides[x] for x in plan.output], 0, "einsum_out")
+    return True
+
+
+def _arranged(
+    L: Lowering, x: str, labels: List[str], shape: Sequence[int], order: List[str], size: Dict[str, int]
+) -> str:
+    """``x`` with its dims in ``order`` (its own labels): ``x`` itself where its layout already is that, else a
+    permuted copy."""
+    own = dict(zip(labels, contiguous_strides(list(shape))))
+    target = [size[label] for label in order]
+    src = [own[label] for label in order]
+    want = contiguous_strides(target)
+    if all(s == w or d == 1 for s, w, d in zip(src, want, target)):
+        return x
+    t = L.temp(target, "float32", "einsum_in")
+    permuted(L, t, x, target, src, 0, "einsum_in")
+    return t
