@@ -346,7 +346,8 @@ register(
 WINDOW = dict(auto_pad=PAD_MODES, dilations=ANY, group=ANY, kernel_shape=ANY, pads=ANY, strides=ANY)
 register(
     ["ConvInteger"],
-    "generated C, 1-D and 2-D, int32 sums; int8/uint8 x and w, groups, w_zero_point per tensor or per output channel",
+    "generated C, 1-D and 2-D, int32 sums (one group: the int8 GEMM, VNNI where the CPU has it); int8/uint8 x and w, "
+    "groups, w_zero_point per tensor or per output channel",
     check=_conv_check,
     dtypes=DTYPES_TAKEN,
     **WINDOW,
