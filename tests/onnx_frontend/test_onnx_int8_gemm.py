@@ -4,9 +4,10 @@ rt_helpers.set_int8_isa, the compile target through SVOD_TARGET), on shapes whos
 tile (6 rows, 4-byte K groups, 64-column panels), int8 and uint8 on either side, zero points per tensor, per row
 and per column, B constant (packed at build) and run-time (packed by a kernel, batched and broadcast):
 MatMulInteger and ConvInteger (weights x patches packed from the input) against numpy's int64 sums, QLinearMatMul
-bit for bit against onnxruntime. Then the QDQ MatMul groups the front end rewrites into QLinearMatMul
-(frontend/quant_fold.py): a hand-built graph (per-column int8 weights, and activation x activation as attention
-has it) within one quantum of onnxruntime, and what is left alone."""
+and QLinearConv (w's scale per output channel, the int32 bias) bit for bit against onnxruntime. Then the QDQ
+MatMul groups the front end rewrites into QLinearMatMul (frontend/quant_fold.py): a hand-built graph (per-column
+int8 weights, and activation x activation as attention has it) within one quantum of onnxruntime, and what is
+left alone."""
 
 from __future__ import annotations
 
@@ -105,7 +106,24 @@ def _graph() -> Tuple[Any, Dict[str, Any], Dict[str, Any], List[Any]]:
         )
         ins = [p + s for s in ("a", "as", "az", "b", "bs", "bz", "ys", "yz")]
         nodes.append(helper.make_node("QLinearMatMul", ins, ["q%d" % i]))
-    outputs = ["y%d" % i for i in range(len(CASES))] + ["c%d" % i for i in range(len(CONVS))] + ["q0", "q1", "q2"]
+    # QLinearConv: w's scale per output channel (a per-row scale in the GEMM), the int32 bias, pads and strides
+    feeds["q3_x"] = _ints("uint8", [2, 3, 9, 10])
+    consts.update(
+        {
+            "q3_xs": np.array(0.03, np.float32),
+            "q3_xz": _ints("uint8", []),
+            "q3_w": _ints("int8", [7, 3, 3, 3]),
+            "q3_ws": RNG.uniform(0.002, 0.01, [7]).astype(np.float32),
+            "q3_wz": np.zeros([7], np.int8),
+            "q3_ys": np.array(0.2, np.float32),
+            "q3_yz": _ints("uint8", []),
+            "q3_b": RNG.integers(-3000, 3000, [7]).astype(np.int32),
+        }
+    )
+    ins = ["q3_" + n for n in ("x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b")]
+    nodes.append(helper.make_node("QLinearConv", ins, ["q3"], pads=[1, 1, 1, 1], strides=[2, 1]))
+    outputs = ["y%d" % i for i in range(len(CASES))] + ["c%d" % i for i in range(len(CONVS))]
+    outputs += ["q0", "q1", "q2", "q3"]
     inputs = [(name, list(v.shape), ELEM[v.dtype.name]) for name, v in feeds.items()]
     # onnxruntime refuses per-column b zero points of MatMulInteger: it checks the QLinearMatMul nodes alone
     qfeeds = {k: v for k, v in feeds.items() if k.startswith("q")}
@@ -154,7 +172,7 @@ def test_int8_gemm_every_path_and_remainder(tmp_path: Any, monkeypatch: Any) -> 
         names = ["y%d" % i for i in range(len(CASES))] + ["c%d" % i for i in range(len(CONVS))]
         for name, ref in zip(names, refs):
             np.testing.assert_array_equal(got[name], ref.astype(np.int32), err_msg="%s %d %s" % (target, bits, name))
-        for i in range(3):
+        for i in range(4):
             np.testing.assert_array_equal(got["q%d" % i], want[i], err_msg="%s %d q%d" % (target, bits, i))
         seen.append((target, bits))
     assert len(seen) == len(_paths())

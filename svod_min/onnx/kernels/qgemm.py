@@ -25,7 +25,8 @@ class GemmShape:
     stride per batch dim, ``sp``: the packed B's per batch dim (in whole packed matrices; 0 where one repeats);
     ``b_batches``: how many matrices B holds; ``bzn``/``bsn``: b's zero point's and scale's stride per column
     (0: per tensor); ``sizes``: the element counts of a, b's zero point and b's scale; ``azm``: a's zero point's
-    stride per row (0: per tensor, 1: one per row, the same in every batch)."""
+    stride per row (0: per tensor, 1: one per row, the same in every batch); ``asr``: a's scale's (QLinearConv's
+    w_scale per output channel; b's is then per tensor); ``bias``: an int32 per row is added to each sum."""
 
     m: int
     k: int
@@ -38,6 +39,8 @@ class GemmShape:
     bsn: int
     sizes: Tuple[int, int, int]
     azm: int = 0
+    asr: int = 0
+    bias: bool = False
 
 
 def panels(n: int) -> int:
@@ -79,8 +82,9 @@ def _flips(a: str, b: str) -> dict:
 def int8_gemm(s: GemmShape, a: str, b: str, y: str) -> CKernel:
     """MatMulInteger (``y`` "int32") or QLinearMatMul (``y`` int8/uint8) of ``a`` by packed B (of dtype ``b``).
     Buffers: out, a, packed B, its column sums, a's zero point (per tensor), b's zero point, then for QLinearMatMul
-    a_scale, b_scale, y_scale, y's zero point (float32 scales)."""
+    a_scale, b_scale, y_scale, y's zero point (float32 scales), then the int32 bias (one per row) with ``s.bias``."""
     qlinear = y != "int32"
+    assert not (s.asr and s.bsn), "a scale per row and per column"
     batch = int(np.prod(s.bd)) if s.bd else 1
     mb = -(-s.m // MR)
     items = batch * mb
@@ -111,12 +115,16 @@ def int8_gemm(s: GemmShape, a: str, b: str, y: str) -> CKernel:
         bzn=s.bzn,
         bsn=s.bsn,
         azm=s.azm,
+        asr=s.asr,
+        bias=s.bias,
         **_flips(a, b),
     )
     packed, sums = packed_sizes(s.k, s.n, s.b_batches)
     extents = [batch * s.m * s.n, s.sizes[0], packed, sums, s.m if s.azm else 1, s.sizes[1]]
     if qlinear:
-        extents += [1, s.sizes[2], 1, 1]
+        extents += [s.m if s.asr else 1, s.sizes[2], 1, 1]
+    if s.bias:
+        extents += [s.m]
     return make_kernel("qgemm" if qlinear else "gemmint", body, extents, chunks, flops=2 * batch * s.m * s.n * s.k)
 
 

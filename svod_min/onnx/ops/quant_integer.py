@@ -300,32 +300,46 @@ def lower_int_conv(L: Lowering, node: Node) -> None:
     g = geometry(L, node, ws[2:], ws[0], int(node.attrs.get("group", 1)))
     xz = _zero_point(L, node, 2, xdt)
     wz = _zero_point(L, node, 5 if qlinear else 3, wdt)
-    if not qlinear and g.groups == 1:
-        _lower_conv_gemm(L, g, (x, w, y), (xz, wz), (xdt, wdt))
-        return
-    buffers = [y, x, w, xz, wz]
-    wscale_per_channel = False
+    scales: list = []
     if qlinear:
         scales = [_float32(L, node.inputs[i]) for i in (1, 4, 6)]
         bias = _input(node, 8) or L.const(np.zeros((ws[0],), np.int32), y + "~bias")
-        buffers += [scales[0], scales[1], scales[2], node.inputs[7], bias]
+        scales += [node.inputs[7], bias]
+    if g.groups == 1:
+        _lower_conv_gemm(L, g, (x, w, y), (xz, wz), (xdt, wdt, ydt), scales)
+        return
+    buffers = [y, x, w, xz, wz] + scales
+    wscale_per_channel = False
+    if qlinear:
         wscale_per_channel = L.value(scales[1]).size != 1
     L.source(int_conv(g, xdt, wdt, ydt, L.value(wz).size != 1, wscale_per_channel), buffers)
 
 
 def _lower_conv_gemm(
-    L: Lowering, g: ConvGeom, names: Tuple[str, str, str], zps: Tuple[str, str], dtypes: Tuple[str, str]
+    L: Lowering,
+    g: ConvGeom,
+    names: Tuple[str, str, str],
+    zps: Tuple[str, str],
+    dtypes: Tuple[str, str, str],
+    qlinear: list,
 ) -> None:
-    """ConvInteger of one group on the int8 GEMM: per image, the weights [OC, C*KH*KW] (w's zero point per tensor or
-    per row) times the input's patches [C*KH*KW, OH*OW], packed straight from x (kernels/qgemm.py), into NCHW."""
+    """ConvInteger or QLinearConv of one group on the int8 GEMM: per image, the weights [OC, C*KH*KW] (w's zero point
+    and scale per tensor or per row) times the input's patches [C*KH*KW, OH*OW], packed straight from x
+    (kernels/qgemm.py), into NCHW; ``qlinear``: QLinearConv's x_scale, w_scale, y_scale, y's zero point and int32
+    bias (the bias added to the sums, then requantized), or empty."""
     x, w, y = names
     k, n = g.c * g.kh * g.kw, g.oh * g.ow
     np_, ns = packed_sizes(k, n, g.n)
     bp, bsum = L.temp((np_,), "int8", "patches"), L.temp((ns,), "int32", "patch_sums")
     L.source(int8_pack_conv(g, dtypes[0]), [bp, bsum, x, zps[0]], outputs=(0, 1))
-    per_row = L.value(zps[1]).size != 1
-    shape = GemmShape(g.oc, k, n, (g.n,), (0,), (1,), g.n, 0, 0, (L.value(w).size, 1, 1), 1 if per_row else 0)
-    L.source(int8_gemm(shape, dtypes[1], dtypes[0], "int32"), [y, w, bp, bsum, zps[1], zps[0]])
+    per_row = int(L.value(zps[1]).size != 1)
+    scale_rows = int(bool(qlinear) and L.value(qlinear[1]).size != 1)
+    sizes = (L.value(w).size, 1, 1)
+    shape = GemmShape(g.oc, k, n, (g.n,), (0,), (1,), g.n, 0, 0, sizes, per_row, scale_rows, bool(qlinear))
+    buffers = [y, w, bp, bsum, zps[1], zps[0]]
+    if qlinear:  # a is w here: a_scale is w_scale, b_scale x_scale
+        buffers += [qlinear[1], qlinear[0], qlinear[2], qlinear[3], qlinear[4]]
+    L.source(int8_gemm(shape, dtypes[1], dtypes[0], dtypes[2]), buffers)
 
 
 register(
