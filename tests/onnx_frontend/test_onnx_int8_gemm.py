@@ -231,12 +231,12 @@ def _qdq_model(act: str) -> Tuple[Any, float]:
 
 @pytest.mark.parametrize("act", ["uint8", "int8"])
 def test_qdq_matmul_groups_run_as_int8_gemm(act: str, tmp_path: Any) -> None:
-    from svod_min.onnx.frontend.quant_fold import fuse_qdq_matmul
+    from svod_min.onnx.frontend.quant_fold import fuse_qdq_groups
 
     model, quantum = _qdq_model(act)
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
-    assert fuse_qdq_matmul(copy) == 2
+    assert fuse_qdq_groups(copy) == 2
     ops = [n.op_type for n in copy.graph.node]
     assert ops.count("QLinearMatMul") == 2 and "MatMul" not in ops
     assert ops.count("DequantizeLinear") == 1  # the output's; the groups' own are gone
@@ -251,7 +251,7 @@ def test_qdq_matmul_groups_run_as_int8_gemm(act: str, tmp_path: Any) -> None:
 def test_groups_left_alone() -> None:
     """A MatMul whose result something else reads too, or whose weight is dequantized per row (not per column),
     stays a float MatMul between its DequantizeLinear and QuantizeLinear nodes."""
-    from svod_min.onnx.frontend.quant_fold import fuse_qdq_matmul
+    from svod_min.onnx.frontend.quant_fold import fuse_qdq_groups
 
     model, _ = _qdq_model("uint8")
     g = model.graph
@@ -266,5 +266,53 @@ def test_groups_left_alone() -> None:
             numpy_helper.from_array(np.zeros([70], np.int8), "wz70"),
         ]
     )
-    assert fuse_qdq_matmul(model) == 1  # only h x h^T
+    assert fuse_qdq_groups(model) == 1  # only h x h^T
     assert [n.op_type for n in model.graph.node].count("MatMul") == 1
+
+
+class _Calibration:
+    """Four seeded calibration batches for quantize_static."""
+
+    def __init__(self) -> None:
+        rng = np.random.default_rng(21)
+        self.batches = iter([{"x": rng.uniform(-1, 1, [1, 3, 10, 9]).astype(np.float32)} for _ in range(4)])
+
+    def get_next(self) -> Any:
+        return next(self.batches, None)
+
+
+def test_quantize_static_conv_groups_run_as_qlinearconv(tmp_path: Any) -> None:
+    """quantize_static's QDQ Conv groups (per-channel int8 weights, uint8 activations, int32 biases whose scale is
+    x_scale * w_scale) become QLinearConv on the int8 GEMM, within one quantum of onnxruntime."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    from svod_min.onnx.frontend.quant_fold import fuse_qdq_groups
+
+    rng = np.random.default_rng(8)
+    consts = {
+        "w1": rng.normal(0, 0.3, [8, 3, 3, 3]).astype(np.float32),
+        "b1": rng.normal(0, 0.1, [8]).astype(np.float32),
+        "w2": rng.normal(0, 0.3, [5, 8, 1, 1]).astype(np.float32),
+        "b2": rng.normal(0, 0.1, [5]).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["y"], strides=[2, 2]),
+    ]
+    src, dst = str(tmp_path / "f.onnx"), str(tmp_path / "q.onnx")
+    onnx.save(typed_model(nodes, [("x", [1, 3, 10, 9], TensorProto.FLOAT)], ["y"], 13, consts), src)
+    reader = type("Reader", (_Calibration, CalibrationDataReader), {})()
+    quantize_static(src, dst, reader, quant_format=QuantFormat.QDQ, per_channel=True, activation_type=QuantType.QUInt8)
+    model = onnx.load(dst)
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    assert fuse_qdq_groups(copy) == 2
+    assert [n.op_type for n in copy.graph.node].count("QLinearConv") == 2
+    last = [n for n in model.graph.node if n.output[0] == "y"][0]
+    quantum = float(numpy_helper.to_array([t for t in model.graph.initializer if t.name == last.input[1]][0]))
+    svod = build_and_load(model, str(tmp_path), "qdq")
+    for seed in range(3):
+        x = np.random.default_rng(seed).uniform(-1, 1, [1, 3, 10, 9]).astype(np.float32)
+        want = run_ort(model, {"x": x})[0]
+        assert np.max(np.abs(svod.run({"x": x})["y"].astype(np.float64) - want)) <= quantum * 1.0001

@@ -28,7 +28,7 @@ from .inference_error import inference_failure
 from .ir import Graph, Node, Value
 from .loops import unroll_loop, unroll_scan
 from .pins import deciding_inputs, pin_inputs, resolve_pins
-from .quant_fold import dequantize_constant, fuse_qdq_matmul, quantize_constant
+from .quant_fold import dequantize_constant, fuse_qdq_groups, quantize_constant
 from .selected_shapes import selected_shapes
 from .table import OpSpec
 
@@ -468,7 +468,7 @@ def read_graph(
     if table is not None:
         set_default_attributes(model, opset, table)
     if opset >= 10:  # QLinearMatMul's first opset
-        fuse_qdq_matmul(model)
+        fuse_qdq_groups(model)
     model = fold_constants(model, opset)
     for _ in range(ROUNDS if table is not None else 0):
         expanded = expand_functions(model, opset, table or {})

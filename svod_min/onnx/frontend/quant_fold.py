@@ -83,15 +83,18 @@ def _scale_and_zero_point(
     return scale.reshape(shape), zp.reshape(shape)
 
 
-def fuse_qdq_matmul(model: Any) -> int:
-    """Rewrite each QDQ MatMul group, the form ``quantize_static`` writes, into one QLinearMatMul on the integer
-    tensors (ops/quant_integer.py lowers it onto the int8 GEMM): ``MatMul(DequantizeLinear(a_q),
-    DequantizeLinear(b_q))`` whose only reader is a ``QuantizeLinear`` (per tensor) becomes ``QLinearMatMul(a_q,
-    ..., b_q, ..., y_scale, y_zero_point)`` writing that QuantizeLinear's output. a's dequantization per tensor;
-    b's per tensor or, for a constant 2-D b, per column (axis 1 of [K, N]). The sums are exact in int32 and
-    requantized once, as onnxruntime computes the group when its QDQ transformations fuse it (where it computes in
-    float instead, a result may round one quantum the other way). DequantizeLinear nodes no one reads any more
-    are dropped. Returns how many groups were rewritten."""
+def fuse_qdq_groups(model: Any) -> int:
+    """Rewrite each QDQ MatMul and Conv group, the forms ``quantize_static`` writes, into one QLinearMatMul or
+    QLinearConv on the integer tensors (ops/quant_integer.py lowers them onto the int8 GEMM): a ``MatMul`` or
+    ``Conv`` of DequantizeLinear outputs whose only reader is a ``QuantizeLinear`` (per tensor) becomes
+    ``QLinearMatMul(a_q, ..., b_q, ..., y_scale, y_zero_point)`` / ``QLinearConv(x_q, ..., w_q, ..., y_scale,
+    y_zero_point, bias)`` writing that QuantizeLinear's output. The activation's dequantization per tensor; MatMul's
+    b per tensor or, for a constant 2-D b, per column (axis 1 of [K, N]); Conv's constant weight per tensor or per
+    output channel (axis 0), one group only (the others keep the float convolution), its bias an int32
+    DequantizeLinear whose scale is x_scale * w_scale (as quantize_static writes it) and zero point 0. The sums are
+    exact in int32 and requantized once, as onnxruntime computes a group its QDQ transformations fuse (where it
+    computes in float instead, a result may round one quantum the other way). DequantizeLinear nodes no one reads
+    any more are dropped. Returns how many groups were rewritten."""
     graph = model.graph
     inits = {t.name: t for t in graph.initializer}
     producer = {o: n for n in graph.node for o in n.output if o}
@@ -105,39 +108,86 @@ def fuse_qdq_matmul(model: Any) -> int:
     reader_of = {i: n for n in graph.node for i in n.input if i}
     fused: List[Tuple[Any, Any, Any]] = []
     for node in graph.node:
-        if node.op_type != "MatMul" or len(node.input) != 2 or readers.get(node.output[0], 0) != 1:
+        if node.op_type not in ("MatMul", "Conv") or readers.get(node.output[0], 0) != 1:
             continue
         q = reader_of.get(node.output[0])
         if q is None or q.op_type != "QuantizeLinear" or node.output[0] in outputs:
             continue
-        da, db = producer.get(node.input[0]), producer.get(node.input[1])
-        args = [_dq_args(da, inits, False), _dq_args(db, inits, True), _q_args(q, inits)]
-        if any(a is None for a in args):
-            continue
-        fused.append((node, q, args))
-    if not fused:
-        return 0
+        new = _group(node, q, producer, inits, graph)
+        if new is not None:
+            fused.append((node, q, new))
     drop = set()
-    for node, q, (a_args, b_args, y_args) in fused:
-        ins = []
-        for data, scale, zp, dtype in (a_args, b_args):
-            if not zp:  # QLinearMatMul takes every zero point
-                zp = "%s~zero_point_%s" % (q.output[0], data)
-                graph.initializer.append(numpy_helper.from_array(np.zeros((), dtype), zp))
-            ins += [data, scale, zp]
-        ins += list(y_args)
-        new = helper.make_node("QLinearMatMul", ins, [q.output[0]], name=(node.name or q.output[0]) + "~qlinear")
+    for node, q, new in fused:
         node.CopyFrom(new)
         drop.add(id(q))
-    keep = [n for n in graph.node if id(n) not in drop]
-    del graph.node[:]
-    graph.node.extend(keep)
-    _drop_unread_dequantize(graph)
+    if fused:
+        keep = [n for n in graph.node if id(n) not in drop]
+        del graph.node[:]
+        graph.node.extend(keep)
+        _drop_unread_dequantize(graph)
     return len(fused)
 
 
-def _dq_args(node: Any, inits: Dict[str, Any], may_be_per_column: bool) -> Optional[Tuple[str, str, str, Any]]:
-    """(data, scale, zero point or "", integer dtype) of a DequantizeLinear QLinearMatMul can take, else None."""
+def _group(node: Any, q: Any, producer: Dict[str, Any], inits: Dict[str, Any], graph: Any) -> Optional[Any]:
+    """The QLinearMatMul / QLinearConv node that computes MatMul/Conv ``node`` and its QuantizeLinear ``q``, or None
+    where the group is not one of the forms rewritten."""
+    conv = node.op_type == "Conv"
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    if len(node.input) not in ((2, 3) if conv else (2,)):
+        return None
+    if conv and int(attrs.get("group", 1)) != 1:
+        return None
+    a_args = _dq_args(producer.get(node.input[0]), inits, None)
+    b_args = _dq_args(producer.get(node.input[1]), inits, (0, None) if conv else (1, 2))
+    y_args = _q_args(q, inits)
+    if a_args is None or b_args is None or y_args is None or (conv and b_args[0] not in inits):
+        return None
+    bias: List[str] = []
+    if conv and len(node.input) == 3 and node.input[2]:
+        b = _conv_bias(producer.get(node.input[2]), inits, a_args[1], b_args[1])
+        if b is None:
+            return None
+        bias = [b]
+    ins: List[str] = []
+    for data, scale, zp, dtype in (a_args, b_args):
+        if not zp:  # the QLinear ops take every zero point
+            zp = "%s~zero_point_%s" % (q.output[0], data)
+            graph.initializer.append(numpy_helper.from_array(np.zeros((), dtype), zp))
+        ins += [data, scale, zp]
+    ins += list(y_args) + bias
+    op = "QLinearConv" if conv else "QLinearMatMul"
+    new = helper.make_node(op, ins, [q.output[0]], name=(node.name or q.output[0]) + "~qlinear")
+    new.attribute.extend(node.attribute)
+    return new
+
+
+def _conv_bias(node: Any, inits: Dict[str, Any], x_scale: str, w_scale: str) -> Optional[str]:
+    """The int32 data of a Conv's bias DequantizeLinear whose scale is x_scale * w_scale (float32) and whose zero
+    point is 0, as QLinearConv's bias input is defined; None otherwise."""
+    if node is None or node.op_type != "DequantizeLinear" or node.input[0] not in inits:
+        return None
+    if any(n not in inits for n in node.input[1:] if n):
+        return None
+    data = numpy_helper.to_array(inits[node.input[0]])
+    scale = numpy_helper.to_array(inits[node.input[1]])
+    zp = node.input[2] if len(node.input) > 2 and node.input[2] else ""
+    if data.dtype != np.int32 or data.ndim != 1 or (zp and numpy_helper.to_array(inits[zp]).any()):
+        return None
+    want = np.multiply(numpy_helper.to_array(inits[x_scale]), numpy_helper.to_array(inits[w_scale]), dtype=np.float32)
+    if (
+        scale.dtype != np.float32
+        or np.broadcast_to(want.reshape(-1), data.shape).tolist()
+        != np.broadcast_to(scale.reshape(-1), data.shape).tolist()
+    ):
+        return None
+    return node.input[0]
+
+
+def _dq_args(
+    node: Any, inits: Dict[str, Any], per_axis: Optional[Tuple[int, Optional[int]]]
+) -> Optional[Tuple[str, str, str, Any]]:
+    """(data, scale, zero point or "", integer dtype) of a DequantizeLinear a QLinear op can take, else None;
+    ``per_axis``: (axis, rank or None) where a constant x may be dequantized per slice of that axis."""
     if node is None or node.op_type != "DequantizeLinear" or node.input[1] not in inits:
         return None
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
@@ -154,9 +204,10 @@ def _dq_args(node: Any, inits: Dict[str, Any], may_be_per_column: bool) -> Optio
         return None
     if scale.size != 1:
         w = inits.get(data)
-        if not may_be_per_column or w is None or len(w.dims) != 2 or scale.shape != (w.dims[1],):
+        if per_axis is None or w is None or (per_axis[1] is not None and len(w.dims) != per_axis[1]):
             return None
-        if int(attrs.get("axis", 1)) not in (1, -1):
+        axis = per_axis[0]
+        if len(w.dims) < 2 or scale.shape != (w.dims[axis],) or int(attrs.get("axis", 1)) % len(w.dims) != axis:
             return None
     elif scale.ndim > 1:
         return None
