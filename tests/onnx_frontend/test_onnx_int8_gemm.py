@@ -316,3 +316,26 @@ def test_quantize_static_conv_groups_run_as_qlinearconv(tmp_path: Any) -> None:
         x = np.random.default_rng(seed).uniform(-1, 1, [1, 3, 10, 9]).astype(np.float32)
         want = run_ort(model, {"x": x})[0]
         assert np.max(np.abs(svod.run({"x": x})["y"].astype(np.float64) - want)) <= quantum * 1.0001
+
+
+def test_3d_conv_group_left_alone() -> None:
+    """QLinearConv takes 1-D and 2-D windows: a QDQ 3-D Conv stays a float Conv (which svod_min runs)."""
+    from svod_min.onnx.frontend.quant_fold import fuse_qdq_groups
+
+    consts = {
+        "s": np.array(0.1, np.float32),
+        "z": np.array(0, np.uint8),
+        "w": np.ones([2, 1, 2, 2, 2], np.int8),
+        "ws": np.array(0.1, np.float32),
+        "wz": np.array(0, np.int8),
+    }
+    nodes = [
+        _q("x", "xq", "s", "z"),
+        _dq("xq", "xd", "s", "z"),
+        _dq("w", "wd", "ws", "wz"),
+        helper.make_node("Conv", ["xd", "wd"], ["c"]),
+        _q("c", "y", "s", "z"),
+    ]
+    model = typed_model(nodes, [("x", [1, 1, 3, 3, 3], TensorProto.FLOAT)], ["y"], 13, consts)
+    assert fuse_qdq_groups(model) == 0
+    assert "Conv" in [n.op_type for n in model.graph.node]

@@ -140,7 +140,9 @@ def _group(node: Any, q: Any, producer: Dict[str, Any], inits: Dict[str, Any], g
     a_args = _dq_args(producer.get(node.input[0]), inits, None)
     b_args = _dq_args(producer.get(node.input[1]), inits, (0, None) if conv else (1, 2))
     y_args = _q_args(q, inits)
-    if a_args is None or b_args is None or y_args is None or (conv and b_args[0] not in inits):
+    if a_args is None or b_args is None or y_args is None:
+        return None
+    if conv and (b_args[0] not in inits or len(inits[b_args[0]].dims) not in (3, 4)):  # QLinearConv: 1-D and 2-D
         return None
     bias: List[str] = []
     if conv and len(node.input) == 3 and node.input[2]:
