@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import List, Optional
 
@@ -22,13 +23,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--json", help="write every record here")
     parser.add_argument("--table", help="write the per-op Markdown table here")
     parser.add_argument("-q", "--quiet", action="store_true", help="no line per test")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="tests at a time (default: the CPUs)")
     args = parser.parse_args(argv)
     tests = find_tests(args.data, args.only)
     if not tests:
         print("conformance: no tests under %s%s" % (args.data, " matching %s" % args.only if args.only else ""))
         return 2
     engines = args.engine or [SVOD, "onnxruntime"]
-    records = run_round(tests, engines, args.timeout, (lambda line: None) if args.quiet else print)
+    records = run_round(tests, engines, args.timeout, (lambda line: None) if args.quiet else print, args.jobs)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(records, f, indent=1)

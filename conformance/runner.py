@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import faulthandler
+import functools
 import json
 import os
 import re
@@ -34,6 +35,7 @@ def run_svod(test: NodeTest, data: DataSet) -> Outcome:
     """Build the model in-process as ``svod_min build`` does, load the bundle, run it, compare. A build refused with
     a ``--pin`` suggestion is rebuilt with the named inputs pinned to the test's own values, as a user following the
     message would; the outcome's detail then says "pinned NAME"."""
+    from svod_min.compiler.targets import host_target
     from svod_min.error import EXIT_BAD_INPUT, SvodError
     from svod_min.onnx import build_onnx
     from svod_min.planfile.load import load_model
@@ -45,7 +47,7 @@ def run_svod(test: NodeTest, data: DataSet) -> Outcome:
         try:
             for attempt in range(4):  # each refusal may name further inputs to pin
                 try:
-                    build_onnx(test.model, bundle, shapes=shapes, expect=False, pins=pins)
+                    build_onnx(test.model, bundle, targets=[host_target()], shapes=shapes, expect=False, pins=pins)
                     break
                 except SvodError as exc:
                     named = [n for n in PIN_SUGGESTION.findall(str(exc)) if n in data.inputs and n not in pins]
@@ -186,23 +188,54 @@ def _read_until(fd: int, deadline: float) -> Tuple[bytes, bool]:
         chunks.append(chunk)
 
 
+def preload(engines: List[str]) -> None:
+    """Import what each engine runs before any child is forked: a child then starts with svod_min's front end, the
+    onnx package and onnxruntime loaded instead of importing them again (about a second per test otherwise)."""
+    import onnx  # noqa: F401 - loaded for the children
+
+    if "svod_min" in engines:
+        import svod_min.compiler.targets  # noqa: F401
+        import svod_min.onnx  # noqa: F401
+        import svod_min.onnx.build  # noqa: F401
+        import svod_min.planfile.load  # noqa: F401
+    if "onnxruntime" in engines:
+        import onnxruntime  # noqa: F401
+
+
+def run_one(test: NodeTest, engines: List[str], timeout: float) -> Dict[str, Any]:
+    """One test through every engine: its record."""
+    record: Dict[str, Any] = {"test": test.name}
+    try:
+        record["ops"] = read_data_set(test).op_types
+    except Exception as exc:  # an unreadable test folder is the suite's problem, named in the record
+        record["ops"] = []
+        record["unreadable"] = str(exc)[:200]
+    for engine in engines:
+        record[engine] = in_child(engine, test, timeout).as_dict()
+    return record
+
+
 def run_round(
-    tests: List[NodeTest], engines: List[str], timeout: float, progress: Callable[[str], None]
+    tests: List[NodeTest], engines: List[str], timeout: float, progress: Callable[[str], None], jobs: int = 1
 ) -> List[Dict[str, Any]]:
-    """Every test through every engine; one record per test."""
-    records = []
-    for i, test in enumerate(tests):
-        record: Dict[str, Any] = {"test": test.name}
-        try:
-            record["ops"] = read_data_set(test).op_types
-        except Exception as exc:  # an unreadable test folder is the suite's problem, named in the record
-            record["ops"] = []
-            record["unreadable"] = str(exc)[:200]
-        for engine in engines:
-            record[engine] = in_child(engine, test, timeout).as_dict()
-        progress("[%d/%d] %s: %s" % (i + 1, len(tests), test.name, _line(record, engines)))
-        records.append(record)
-    return records
+    """Every test through every engine, ``jobs`` tests at a time (each in worker processes forked before any thread
+    exists; each engine run in a child of its own); one record per test, in the tests' order."""
+    preload(engines)
+    done = 0
+
+    def report(record: Dict[str, Any]) -> Dict[str, Any]:
+        nonlocal done
+        done += 1
+        progress("[%d/%d] %s: %s" % (done, len(tests), record["test"], _line(record, engines)))
+        return record
+
+    if jobs <= 1 or len(tests) <= 1:
+        return [report(run_one(test, engines, timeout)) for test in tests]
+    import multiprocessing
+
+    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        work = pool.imap(functools.partial(run_one, engines=engines, timeout=timeout), tests, chunksize=1)
+        return [report(record) for record in work]
 
 
 def _line(record: Dict[str, Any], engines: List[str]) -> str:
