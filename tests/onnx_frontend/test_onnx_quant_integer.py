@@ -450,7 +450,14 @@ def test_contrib_qlinear_ops_more(op: str, dtype: str, attrs: Dict[str, Any], tm
     want = run_ort(_ms_model(node, {"x": x}, consts, None), {"x": x})[0]
     got = _svod(_ms_model(node, {"x": x}, consts, list(want.shape)), {"x": x}, tmp_path)
     assert got.dtype == want.dtype and got.shape == want.shape
-    np.testing.assert_array_equal(got, want)
+    if op != "QLinearAveragePool":
+        np.testing.assert_array_equal(got, want)
+    else:
+        # onnxruntime's x86-64 QLinearAveragePool kernels, chosen by the CPU, round some near ties to the other side
+        # in float32 (29.4999975 to 30 on one host, where svod_min gives 29, the float64 value's rounding): one
+        # quantum at a few places, bit-equal on others
+        off = np.abs(got.astype(int) - want.astype(int))
+        assert off.max() <= 1 and (off > 0).mean() < 0.02, (off.max(), (off > 0).sum())
     assert len(np.unique(got)) > 5
 
 
