@@ -3,20 +3,42 @@
 from __future__ import annotations
 
 from collections import Counter, OrderedDict
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from .outcome import DISPUTED, FAILURES, PASS, REFUSED, STALE_DATA
 
 SVOD, ORT = "svod_min", "onnxruntime"
 
 
-def op_of(record: Dict[str, Any]) -> str:
-    """The op a test is about: its only node's op, or the expanded function's name for a multi-node graph."""
+def op_of(record: Dict[str, Any], known: Optional[Dict[str, str]] = None) -> str:
+    """The op a test is about: its only node's op; for a multi-node graph, the op its name starts with among
+    ``known`` (lower-case op name without underscores -> op), "Op (expanded)" for a function's expanded body; else
+    the test's name in parentheses."""
     ops = record.get("ops") or []
     if len(ops) == 1:
         return ops[0]
     name = record["test"][len("test_") :]
+    words = name.split("_expanded")[0].split("_")
+    for n in range(len(words), 0, -1):  # the longest leading words that spell a known op
+        op = (known or {}).get("".join(words[:n]).lower())
+        if op:
+            return "%s (expanded)" % op if "_expanded" in name else op
     return "%s (expanded)" % name.split("_expanded")[0] if "_expanded" in name else "(%s)" % name
+
+
+#: The suite's short names for ops in its test names.
+TEST_NAME_ALIASES = {
+    "nllloss": "NegativeLogLikelihoodLoss",
+    "sce": "SoftmaxCrossEntropyLoss",
+    "mvn": "MeanVarianceNormalization",
+}
+
+
+def known_ops(records: List[Dict[str, Any]]) -> Dict[str, str]:
+    """The ops of the single-node tests, by their lower-case name without underscores, and the suite's aliases."""
+    known = dict(TEST_NAME_ALIASES)
+    known.update((ops[0].lower(), ops[0]) for ops in (r.get("ops") or [] for r in records) if len(ops) == 1)
+    return known
 
 
 def summary(records: List[Dict[str, Any]]) -> List[str]:
@@ -49,8 +71,9 @@ def summary(records: List[Dict[str, Any]]) -> List[str]:
 def op_table(records: List[Dict[str, Any]]) -> List[str]:
     """A Markdown table: per op, the tests, svod_min's passes and refusals, onnxruntime's passes."""
     by_op: "OrderedDict[str, List[Dict[str, Any]]]" = OrderedDict()
-    for record in sorted(records, key=lambda r: op_of(r).lower()):
-        by_op.setdefault(op_of(record), []).append(record)
+    known = known_ops(records)
+    for record in sorted(records, key=lambda r: op_of(r, known).lower()):
+        by_op.setdefault(op_of(record, known), []).append(record)
     lines = [
         "| op | tests | svod_min pass | svod_min refused | onnxruntime pass | first refusal |",
         "|---|---|---|---|---|---|",
