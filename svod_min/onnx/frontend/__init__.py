@@ -7,6 +7,6 @@ unrolled; :mod:`.selected_shapes`: the output shapes of Compress and MaxUnpool t
 :mod:`.einsum_syntax`: Einsum equations checked before onnx's inference reads them) into the IR
 (:mod:`.ir`; :mod:`.half`: float16/bfloat16 nodes of float32-only ops computed in float32), checks against the op
 table (:mod:`.table`; :mod:`.indices`: the index rules; :mod:`.contracts`: the shape contracts onnx's inference leaves
-unchecked), the graph passes (:mod:`.passes`: folds, fusions) and the layout pass (:mod:`.layout`: the blocked channel
-layout).
+unchecked), the graph passes (:mod:`.passes`: folds, fusions; :mod:`.gelu_chain`: the exporters' Gelu formulas back
+into one Gelu) and the layout pass (:mod:`.layout`: the blocked channel layout).
 """

@@ -1,6 +1,8 @@
 """Graph passes, each ``Graph -> Graph``: inference simplifications, folds into Conv/Gemm, activation fusion.
 
 - ``drop_inference_noops``: Identity, and Dropout at inference (its mask output unused), vanish.
+- ``fuse_gelu_chains`` (:mod:`.gelu_chain`): the exporters' ``x * 0.5 * (1 + Erf(x / sqrt 2))`` and its tanh form
+  become one Gelu node, before ``to_affine`` would turn their scalar Muls and Adds into Affines.
 - ``to_affine``: BatchNormalization with constant statistics, and Mul/Add/Sub of a constant that is
   per channel (shape ``[C,1,..,1]`` against ``[N,C,...]``) or a scalar, become ``svod.Affine``
   (``y = x * scale[c] + shift[c]``); consecutive ones merge into one.
@@ -22,6 +24,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from ..activations import ACTIVATIONS, activation_params
+from .gelu_chain import fuse_gelu_chains
 from .ir import Graph, Node
 
 AFFINE = "svod.Affine"
@@ -32,6 +35,7 @@ ACTIVATION_HOSTS = ("Conv", "Gemm", AFFINE, "Add", "Sub", "Mul", "Div", "Sum", "
 def run_passes(graph: Graph) -> Graph:
     for step in (
         drop_inference_noops,
+        fuse_gelu_chains,
         normalize_gemm,
         to_affine,
         merge_affines,

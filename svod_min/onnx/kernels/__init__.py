@@ -6,7 +6,8 @@ shared macros of ``templates/prelude.c.j2``); shapes and attributes are compiled
 kernel for every target at build time.
 
 - :mod:`.ckernel`: the kernel, its name, its chunking, the template renderer.
-- :mod:`.libmath`: the kernel library's math functions, copied into a kernel that calls them.
+- :mod:`.libmath`: the kernel library's math functions, and the ONNX kernels' own (``templates/math.c.j2``: erf),
+  copied into a kernel that calls them.
 - :mod:`.elementwise`: ``out = expr(x0, x1, ...)`` with broadcasting (activations, affines, comparisons).
 - :mod:`.copy`: Concat's strided copies, strided gathers, Gather and GatherElements (indices from data checked
   through prelude's ``index_check``), Pad.

@@ -6,12 +6,14 @@ whose accuracy docs/kernels.md states and tests/kernels measures. A generated ke
 same definitions, taken from the library's rendered prelude (``kernels/_generated/c/prelude.h``, shipped with
 the package): the same results as the library's kernels where their semantics agree, and loops the compiler
 vectorises (a libm call stops that). Only the functions a kernel names are copied in, with what they call and
-the types they use; a kernel that names none is unchanged.
+the types they use; a kernel that names none is unchanged. The ONNX kernels' own functions (``svod_erff``, which
+the library lacks) come from ``templates/math.c.j2`` the same way.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import re
 from typing import Dict, List, Set
 
@@ -27,7 +29,7 @@ def _definitions() -> Dict[str, str]:
     """The prelude's typedefs and functions in file order: name -> text with the comment before it."""
     out: Dict[str, str] = {}
     comment: List[str] = []
-    lines = prelude().splitlines(keepends=True)
+    lines = (prelude() + "\n" + _onnx_math()).splitlines(keepends=True)
     i = 0
     while i < len(lines):
         line = lines[i]
@@ -43,6 +45,16 @@ def _definitions() -> Dict[str, str]:
         comment = comment + [line] if line.startswith(("/*", "   ")) and not line.startswith("/* ----") else []
         i += 1
     return out
+
+
+def _onnx_math() -> str:
+    """The ONNX kernels' own math (``templates/math.c.j2``: erf), after the library's prelude whose functions it
+    calls."""
+    import jinja2  # build time only, like the kernel templates
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates", "math.c.j2")
+    with open(path, encoding="utf-8") as f:
+        return jinja2.Template(f.read(), keep_trailing_newline=True).render()
 
 
 def _function_end(lines: List[str], start: int) -> int:

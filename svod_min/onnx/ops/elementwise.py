@@ -36,7 +36,7 @@ UNARY: Dict[str, Unary] = {
     "Reciprocal": Unary("(1.0f / {x})"),
     "Floor": Unary("floorf({x})"),
     "Ceil": Unary("ceilf({x})"),
-    "Erf": Unary("erff({x})"),
+    "Erf": Unary("svod_erff({x})"),
     "Sign": Unary("({x} > 0.0f ? 1.0f : ({x} < 0.0f ? -1.0f : ({x} == {x} ? 0.0f : {x})))"),  # -0.0 gives 0
     "Softsign": Unary("({x} / (1.0f + __builtin_fabsf({x})))"),
     "Softplus": Unary("({x} > 20.0f ? {x} : svod_logf(1.0f + svod_expf({x})))"),
