@@ -68,3 +68,26 @@ def test_zoo_lists_where_each_model_comes_from():
         assert entry.requirement == "%s==%s" % (entry.package, entry.version)
     with pytest.raises(KeyError, match="no zoo model"):
         zoo.by_name("nope")
+
+
+@pytest.mark.parametrize("suffix", ["fp16", "int8-dynamic"])
+def test_a_light_models_conversion_verifies_against_onnxruntime(suffix, tmp_path):
+    """A conversion users run (onnxconverter-common's float16, onnxruntime's quantize_dynamic) of the light
+    squeezenet with seeded weights: built with onnxruntime's outputs recorded at the tolerance the build gives such a
+    model (float16 storage, run-time quantization), and the bundle's own verification passes."""
+    from svod_min import load_model
+    from svod_min.compiler.targets import host_target
+    from svod_min.onnx import build_onnx
+    from svod_min.perf.light_models import randomized
+
+    conversion = dict(zoo.conversions()).get(suffix)
+    if conversion is None:
+        pytest.skip("the %s conversion needs a package this host lacks" % suffix)
+    path, bundle = str(tmp_path / "m.onnx"), str(tmp_path / "m.svod")
+    onnx.save(conversion(zoo.constant_initializers(randomized("squeezenet", seed=0))), path)
+    build_onnx(path, bundle, targets=[host_target()])
+    model = load_model(bundle)
+    assert model.loaded.expectations, "onnxruntime's outputs were not recorded"
+    model.run({})  # the example inputs the expectations describe
+    checks = model.loaded.verify()
+    assert all(ok for _, ok, _ in checks), checks
