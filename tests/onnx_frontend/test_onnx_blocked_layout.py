@@ -6,7 +6,8 @@ where. Cases: a convolution chain, ResNet blocks whose residual Add is fused (sh
 reordered), pools between blocked convolutions, same-shape elementwise ops and unfused activations, the global
 average pool writing plain, an unfoldable BatchNormalization as a blocked affine, channel Concats of whole blocks
 (blocked) or not (plain), a blocked tensor read by plain ops too or also a graph output, a 3-channel input (never
-reordered), and the convolutions that stay plain (groups, a 1x1 16->16 from a plain input)."""
+reordered), the convolutions that stay plain (groups, a 1x1 16->16 from a plain input), a mobile block whose
+depthwise convolution runs blocked, and SiLU (``y * Sigmoid(y)``) in a blocked convolution's store."""
 
 from __future__ import annotations
 
@@ -29,9 +30,11 @@ from svod_min.onnx.frontend.ir import Graph  # noqa: E402
 from svod_min.onnx.frontend.layout import (  # noqa: E402
     BLOCKED_AFFINE,
     BLOCKED_CONV,
+    BLOCKED_DWCONV,
     BLOCKED_GLOBAL_POOL,
     BLOCKED_POOL,
     FROM_BLOCKED,
+    SILU,
     TO_BLOCKED,
     block_channels,
 )
@@ -347,3 +350,51 @@ def test_prelu_read_by_another_op_too_stays_a_node(tmp_path: Any) -> None:
     net.op("PRelu", [a, slope], "ap")
     net.op("Add", [a, "ap"], "y")
     check(net.model([("x", (1, 16, 8, 8))], ["y"]), tmp_path, {BLOCKED_CONV: 1, "PRelu": 1})
+
+
+def test_mobile_block_runs_blocked_end_to_end(tmp_path: Any) -> None:
+    """A 3x3 convolution, depthwise stride 2 (HardSwish fused), pointwise: no reorder between them; channels (24)
+    not a multiple of 16 and odd sizes."""
+    net = Net(15)
+    a = net.op("HardSwish", [net.conv("x", "a", 16, 24)], "ah")
+    d = net.op("HardSwish", [net.conv(a, "d", 24, 24, group=24, strides=[2, 2])], "dh")
+    net.conv(d, "y", 24, 40, k=1, pads=(0, 0, 0, 0))
+    graph = check(
+        net.model([("x", (1, 16, 13, 11))], ["y"]),
+        tmp_path,
+        {BLOCKED_CONV: 2, BLOCKED_DWCONV: 1, "Conv": 0, "HardSwish": 0, TO_BLOCKED: 1, FROM_BLOCKED: 1},
+    )
+    assert producer_of(graph, "dh~nchwc").op == BLOCKED_DWCONV
+
+
+def test_depthwise_of_a_plain_input_stays_plain(tmp_path: Any) -> None:
+    """A depthwise convolution does too little per element to pay for a reorder of its input."""
+    net = Net(16)
+    net.conv("x", "y", 32, 32, group=32)
+    check(net.model([("x", (1, 32, 9, 9))], ["y"]), tmp_path, {"Conv": 1, BLOCKED_DWCONV: 0, TO_BLOCKED: 0})
+
+
+@pytest.mark.parametrize("order", ["y*s", "s*y"])
+def test_silu_runs_in_the_blocked_convs_store(order: str, tmp_path: Any) -> None:
+    """``y * Sigmoid(y)`` (either operand order) after a blocked convolution is its epilogue."""
+    net = Net(17)
+    a = net.conv("x", "a", 16, 24, strides=[2, 2])
+    s = net.op("Sigmoid", [a], "s")
+    silu = net.op("Mul", [a, s] if order == "y*s" else [s, a], "as")
+    net.conv(silu, "y", 24, 16)
+    graph = check(
+        net.model([("x", (1, 16, 15, 9))], ["y"]), tmp_path, {BLOCKED_CONV: 2, "Sigmoid": 0, "Mul": 0, FROM_BLOCKED: 1}
+    )
+    assert producer_of(graph, "as~nchwc").fused["activation"][0] == SILU
+
+
+def test_silu_whose_sigmoid_is_read_elsewhere_stays_nodes(tmp_path: Any) -> None:
+    net = Net(18)
+    a = net.conv("x", "a", 16, 32)
+    s = net.op("Sigmoid", [a], "s")
+    net.conv(net.op("Mul", [a, s], "as"), "y", 32, 16)
+    check(
+        net.model([("x", (1, 16, 8, 8))], ["y", "s"]),
+        tmp_path,
+        {BLOCKED_CONV: 2, "Sigmoid": 1, "Mul": 1},
+    )

@@ -2,7 +2,9 @@
 
 A convolution with at least 16 channels out runs blocked (:mod:`.csrc_blocked_conv`); one with fewer than 16
 plain channels in (a first layer) reads them plain and writes blocked, and a PRelu with a constant slope per
-channel that is its only reader runs in its store. Its result stays
+channel that is its only reader runs in its store, as does a SiLU (``y * Sigmoid(y)``, the Sigmoid and the Mul
+its only readers). A depthwise convolution of a blocked input runs blocked (:mod:`..kernels.blocked_dwconv`),
+with the same epilogues. Its result stays
 blocked through the ops that read blocked tensors as they are: pools, the global average and max pools (which
 write their result plain), per-channel affines, activations, same-shape elementwise ops of blocked tensors, and a
 channel Concat of inputs whose channel counts are multiples of 16. Every other reader, and a graph output,
@@ -26,9 +28,12 @@ from .passes import AFFINE, channel_vector
 TO_BLOCKED = "svod.ToBlocked"
 FROM_BLOCKED = "svod.FromBlocked"
 BLOCKED_CONV = "svod.BlockedConv"
+BLOCKED_DWCONV = "svod.BlockedDepthwiseConv"
 BLOCKED_POOL = "svod.BlockedPool"
 BLOCKED_GLOBAL_POOL = "svod.BlockedGlobalPool"
 BLOCKED_AFFINE = "svod.BlockedAffine"
+#: The activation name of a SiLU (``y * Sigmoid(y)``) the layout pass moves into a blocked convolution's store.
+SILU = "SiLU"
 #: Ops that read blocked operands of one shape as flat arrays and write one of the same shape.
 SAME_SHAPE_OPS = frozenset(ACTIVATIONS) | {"Add", "Sum", "Sub", "Mul", "Max", "Min"}
 #: A convolution whose input is plain starts a blocked region when it does at least this many multiply-adds
@@ -83,11 +88,17 @@ class _Rewrite:
             self.nodes.append(node)
             return
         fused, plain_outputs = dict(node.fused), list(node.outputs)
-        prelu = self._prelu_to_absorb(node) if op == BLOCKED_CONV and "activation" not in fused else None
+        conv = op in (BLOCKED_CONV, BLOCKED_DWCONV) and "activation" not in fused
+        prelu = self._prelu_to_absorb(node) if conv else None
         if prelu is not None:
             fused["activation"] = ("PRelu", {"slope": tuple(float(v) for v in prelu[1])})
             self.absorbed.add(id(prelu[0]))
             plain_outputs = list(prelu[0].outputs)
+        silu = self._silu_to_absorb(node) if conv and prelu is None else None
+        if silu is not None:
+            fused["activation"] = (SILU, {})
+            self.absorbed.update(id(n) for n in silu)
+            plain_outputs = list(silu[1].outputs)
         inputs = [self._blocked_input(name, k, op) for k, name in enumerate(node.inputs)]
         outputs = plain_outputs if op == BLOCKED_GLOBAL_POOL else [self._blocked_output(name) for name in plain_outputs]
         attrs = dict(node.attrs, _plain_inputs=list(node.inputs), _plain_outputs=plain_outputs, _op=node.op)
@@ -105,6 +116,23 @@ class _Rewrite:
         slope_name = users[0].inputs[1]
         slope = channel_vector(self.graph, name, slope_name) if self.graph.is_const(slope_name) else None
         return None if slope is None else (users[0], slope)
+
+    def _silu_to_absorb(self, conv: Node) -> Optional[Tuple[Node, Node]]:
+        """(Sigmoid, Mul) where the convolution's output ``y`` is read only by ``s = Sigmoid(y)`` and ``Mul(y, s)``
+        (either order) and ``s`` only by that Mul: SiLU, which runs in the convolution's store as ``y *
+        sigmoid(y)`` (the same expression and sigmoid as the two kernels it replaces); else None."""
+        name = conv.outputs[0]
+        users = self.readers.get(name, [])
+        if len(users) != 2 or name in self.graph.outputs:
+            return None
+        sig = next((u for u in users if u.op == "Sigmoid"), None)
+        mul = next((u for u in users if u.op == "Mul"), None)
+        if sig is None or mul is None or sig.outputs[0] in self.graph.outputs:
+            return None
+        s = sig.outputs[0]
+        if sorted(mul.inputs) != sorted([name, s]) or [id(u) for u in self.readers.get(s, [])] != [id(mul)]:
+            return None
+        return sig, mul
 
     def need_plain(self, name: str) -> None:
         if name and name not in self.plain:
@@ -139,6 +167,8 @@ class _Rewrite:
     # -- which op a node becomes ------------------------------------------------------------------
 
     def _blocked_op(self, node: Node) -> Optional[str]:
+        if node.op == "Conv" and self._depthwise_blocks(node):
+            return BLOCKED_DWCONV
         if node.op == "Conv":
             return BLOCKED_CONV if self._conv_blocks(node) else None
         if not self._is_4d_float(node) or not all(n in self.blocked for n in self._tensors(node)):
@@ -168,6 +198,20 @@ class _Rewrite:
         if x in self.blocked:
             return True
         return oc * kh * kw >= START_MACS_PER_INPUT
+
+    def _depthwise_blocks(self, node: Node) -> bool:
+        """A depthwise convolution (one filter per channel) of a blocked input, without a fused residual: it runs
+        blocked, in place of a reorder each way around it."""
+        g, w = self.graph, node.inputs[1]
+        if node.inputs[0] not in self.blocked or not g.is_const(w) or node.fused.get("residual"):
+            return False
+        if not self._is_4d_float(node) or not self._pads_ok(node) or len(g.values[w].shape) != 4:
+            return False
+        if len(node.inputs) > 2 and node.inputs[2] and not g.is_const(node.inputs[2]):
+            return False
+        oc, per_group, _, _ = g.values[w].shape
+        c = g.values[node.inputs[0]].shape[1]
+        return per_group == 1 and int(node.attrs.get("group", 1)) == c == oc
 
     def _tensors(self, node: Node) -> Sequence[str]:
         return [n for n in node.inputs if n and not self.graph.is_const(n)]

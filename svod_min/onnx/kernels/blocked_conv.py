@@ -10,7 +10,8 @@ serves every target the bundle compiles for). Weights are packed once, at build 
 [OCB, ICB, KH, KW, 16 input channels, 16 output channels], zero beyond the real channels; the bias is padded
 the same way. Only real input channels are read, so a producer's padding channels never reach a sum.
 
-The epilogue ``act(conv + bias + residual)`` runs in the store; padding output channels get act(0 + residual).
+The epilogue ``act(conv + bias + residual)`` runs over each output row once its tiles are stored, as one
+vectorised loop; padding output channels get act(0 + residual).
 """
 
 from __future__ import annotations
@@ -51,13 +52,16 @@ def oc_tile(g: ConvGeom) -> int:
     return 4 if g.ow <= 7 and blocks(g.oc) >= 4 else 2
 
 
-def _epilogue(act: Optional[str], act_params: Dict[str, Any], ocb: int) -> Dict[str, Any]:
+def epilogue(act: Optional[str], act_params: Dict[str, Any], ocb: int) -> Dict[str, Any]:
     """The store's activation of ``v``, or a per-channel PRelu's slopes, one per blocked channel (zero past the real
-    channels)."""
+    channels). SiLU (the layout pass's, ``y * Sigmoid(y)``) computes the sigmoid with the library's function, as the
+    Sigmoid kernel it replaces does."""
+    if act == "SiLU":
+        return {"act": "(v * svod_sigmoidf(v))", "slopes": None, "epilogue": True}
     if act != "PRelu":
-        return {"act": activation(act, act_params, "v"), "slopes": None}
+        return {"act": activation(act, act_params, "v"), "slopes": None, "epilogue": act is not None}
     slopes = [float(v) for v in act_params["slope"]]
-    return {"act": None, "slopes": slopes + [0.0] * (ocb * LANES - len(slopes))}
+    return {"act": None, "slopes": slopes + [0.0] * (ocb * LANES - len(slopes)), "epilogue": True}
 
 
 def _block_stride(g: ConvGeom) -> int:
@@ -66,7 +70,7 @@ def _block_stride(g: ConvGeom) -> int:
     return blocks(g.c) * g.kh * g.kw * LANES * LANES
 
 
-def _has_edges(g: ConvGeom) -> bool:
+def has_edges(g: ConvGeom) -> bool:
     """Whether some output column's window reaches past the input row (padding): without, no tile tests its taps,
     and the kernel is compiled without the testing variant."""
     return g.pl > 0 or (g.ow - 1) * g.sw + (g.kw - 1) * g.dw >= g.w
@@ -118,14 +122,14 @@ def blocked_conv(
         oh=g.oh,
         ow=g.ow,
         ig=-(-PARTIAL_TERMS // (LANES * g.kh * g.kw)),
-        edges=int(_has_edges(g)),
+        edges=int(has_edges(g)),
         last_n=g.c - LANES * (icb - 1),
         kw_span=(g.kw - 1) * g.dw,
         block_stride=_block_stride(g),
         items=items,
         per=per,
         residual=residual,
-        **_epilogue(act, act_params, ocb),
+        **dict(epilogue(act, act_params, ocb), epilogue=residual or act is not None),
     )
     out_size = g.n * ocb * g.oh * g.ow * LANES
     extents = [out_size, x_size, ocb * icb * g.kh * g.kw * LANES * LANES, ocb * LANES]

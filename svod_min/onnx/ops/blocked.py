@@ -1,7 +1,8 @@
 """Lowerings of the blocked-layout ops the layout pass (:mod:`.layout`) emits.
 
 Each reads its geometry from the plain tensors the node stands for (``layout.logical``) and runs one generated
-kernel on the blocked ones: the convolution of :mod:`.csrc_blocked_conv` (weights and bias packed here, once),
+kernel on the blocked ones: the convolution of :mod:`.csrc_blocked_conv` and the depthwise one of
+:mod:`..kernels.blocked_dwconv` (weights and bias packed here, once),
 the reorders, pools and global pools of :mod:`.csrc_blocked`, and a per-channel affine as a broadcasting
 elementwise kernel over [1, CB, 1, 1, 16] constants.
 """
@@ -15,6 +16,7 @@ from ..frontend.ir import Node
 from ..frontend.layout import (
     BLOCKED_AFFINE,
     BLOCKED_CONV,
+    BLOCKED_DWCONV,
     BLOCKED_GLOBAL_POOL,
     BLOCKED_POOL,
     FROM_BLOCKED,
@@ -25,6 +27,7 @@ from ..frontend.table import register
 from ..geometry import LANES, pad_channels
 from ..kernels import blocked, blocked_pool
 from ..kernels.blocked_conv import blocked_conv, pack_weights
+from ..kernels.blocked_dwconv import blocked_dwconv, pack_depthwise_weights
 from ..kernels.elementwise import elementwise
 from .conv import residual_of
 from .elementwise import activation_of
@@ -60,6 +63,19 @@ def lower_blocked_conv(L: Lowering, node: Node) -> None:
     packed = L.const(pack_weights(w), node.inputs[1] + "~nchwc")
     padded = L.const(pad_channels(bias, g.oc), (bias_name or node.outputs[0]) + "~nchwc_bias")
     L.source(kernel, [node.outputs[0], node.inputs[0], packed, padded] + ([residual] if residual else []))
+
+
+@register([BLOCKED_DWCONV], "depthwise 2-D convolution on blocked tensors; bias and activation in the store")
+def lower_blocked_dwconv(L: Lowering, node: Node) -> None:
+    plain = logical(node)
+    w = L.graph.const(node.inputs[1]).astype(np.float32)
+    g = geometry(L, plain, w.shape[2:], w.shape[0], w.shape[0])
+    bias_name = node.inputs[2] if len(node.inputs) > 2 else ""
+    bias = L.graph.const(bias_name) if bias_name else None
+    kernel = blocked_dwconv(g, *activation_of(node))
+    packed = L.const(pack_depthwise_weights(w), node.inputs[1] + "~nchwc_dw")
+    padded = L.const(pad_channels(bias, g.oc), (bias_name or node.outputs[0]) + "~nchwc_bias")
+    L.source(kernel, [node.outputs[0], node.inputs[0], packed, padded])
 
 
 @register([BLOCKED_POOL], "MaxPool / AveragePool on blocked tensors")
