@@ -162,3 +162,26 @@ def test_grouped_but_not_depthwise_is_refused() -> None:
     g = dataclasses.replace(CASES[1].geometry(), groups=10)
     with pytest.raises(NotSupportedError):
         blocked_dwconv(g, None, {})
+
+
+@needs_cc
+def test_silu_store_over_a_wide_range_writes_no_subnormal() -> None:
+    """SiLU in the blocked convolution's store for sums from -300 to 300 (past its exponent clamp at 80) and a
+    NaN: the float64 ``v * sigmoid(v)`` within float32 rounding, NaN kept, and no subnormal output (one would slow
+    every reader)."""
+    from svod_min.onnx.kernels.blocked_conv import blocked_conv, pack_weights
+
+    c, oc, h, w = 1, 20, 3, 41
+    x = np.linspace(-300, 300, c * h * w).reshape(1, c, h, w).astype(np.float32)
+    x[0, 0, 1, 7] = np.nan
+    weights = np.linspace(-1.0, 1.0, oc).reshape(oc, c, 1, 1).astype(np.float32)
+    g = ConvGeom(1, c, h, w, oc, h, w, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1)
+    got = run(blocked_conv(g, "SiLU", {}, False, plain_input=True), x, pack_weights(weights), pad_channels(None, oc))
+    got = unblock(got.reshape(1, 2, h, w, 16), oc)
+    v = conv_ref.conv2d(x, weights)
+    want = v / (1 + np.exp(-np.clip(v, -700, 700)))
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    finite = ~np.isnan(want)
+    assert np.max(np.abs(got[finite] - want[finite])) <= 2e-6 * np.max(np.abs(want[finite]))
+    tiny = (got != 0) & (np.abs(got) < np.finfo(np.float32).tiny)
+    assert not tiny.any(), got[tiny]

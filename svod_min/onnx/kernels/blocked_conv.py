@@ -16,7 +16,7 @@ vectorised loop; padding output channels get act(0 + residual).
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -34,6 +34,13 @@ PARTIAL_TERMS = 256
 #: The register tile is kept only where the compiler unrolls the pixel and block loops fully: at -O2 clang keeps
 #: them as loops and the kernel runs at a quarter of its speed.
 OPT_FLAGS = ("-O3",)
+#: SiLU in the store: ``v / (1 + e^-v)``, and -0.0 (``v * 0``, what onnxruntime's Sigmoid and Mul give there)
+#: below -80, the exponent clamped to [-80, 80] (NaN passes the comparisons). A subnormal anywhere costs ~100x
+#: on x86 (microcode), in this store and in every convolution that reads it: ``v * sigmoid(v)`` is subnormal for
+#: v below about -87, which YOLOv8's first layers reach on a random image, and made the fused model slower than
+#: the separate Sigmoid and Mul. Past 80 the clamp changes nothing (1 + e^-80 rounds to 1); a -inf gives -0.0
+#: where ``-inf * 0`` is NaN.
+SILU_C = "(v < -80.0f ? -0.0f : v / (1.0f + svod_expf((-v) < -80.0f ? -80.0f : ((-v) > 80.0f ? 80.0f : (-v)))))"
 
 
 def pack_weights(w: np.ndarray) -> np.ndarray:
@@ -54,10 +61,9 @@ def oc_tile(g: ConvGeom) -> int:
 
 def epilogue(act: Optional[str], act_params: Dict[str, Any], ocb: int) -> Dict[str, Any]:
     """The store's activation of ``v``, or a per-channel PRelu's slopes, one per blocked channel (zero past the real
-    channels). SiLU (the layout pass's, ``y * Sigmoid(y)``) computes the sigmoid with the library's function, as the
-    Sigmoid kernel it replaces does."""
+    channels). SiLU (the layout pass's, ``y * Sigmoid(y)``) is :data:`SILU_C`, with the library's exp."""
     if act == "SiLU":
-        return {"act": "(v * svod_sigmoidf(v))", "slopes": None, "epilogue": True}
+        return {"act": SILU_C, "slopes": None, "epilogue": True}
     if act != "PRelu":
         return {"act": activation(act, act_params, "v"), "slopes": None, "epilogue": act is not None}
     slopes = [float(v) for v in act_params["slope"]]
@@ -74,6 +80,18 @@ def has_edges(g: ConvGeom) -> bool:
     """Whether some output column's window reaches past the input row (padding): without, no tile tests its taps,
     and the kernel is compiled without the testing variant."""
     return g.pl > 0 or (g.ow - 1) * g.sw + (g.kw - 1) * g.dw >= g.w
+
+
+def column_segments(g: ConvGeom) -> List[Tuple[int, int, int]]:
+    """The output columns as (first, end, edge) runs: the left columns whose windows start in the padding and the
+    right ones whose windows end past the row (edge 1: their tiles test each tap), around the interior, whose
+    tiles test nothing. With a few edge columns on each side, the wide interior tiles never pay for the tests."""
+    if not has_edges(g):
+        return [(0, g.ow, 0)]
+    lo = min(g.ow, -(-g.pl // g.sw))
+    reach = g.w - 1 - (g.kw - 1) * g.dw + g.pl  # the last interior column's window start, times the stride
+    hi = max(lo, min(g.ow, reach // g.sw + 1 if reach >= 0 else 0))
+    return [(a, b, edge) for a, b, edge in ((0, lo, 1), (lo, hi, 0), (hi, g.ow, 1)) if b > a]
 
 
 def _input_layout(g: ConvGeom, plain_input: bool) -> Tuple[Dict[str, Any], int]:
@@ -122,9 +140,8 @@ def blocked_conv(
         oh=g.oh,
         ow=g.ow,
         ig=-(-PARTIAL_TERMS // (LANES * g.kh * g.kw)),
-        edges=int(has_edges(g)),
+        segments=column_segments(g),
         last_n=g.c - LANES * (icb - 1),
-        kw_span=(g.kw - 1) * g.dw,
         block_stride=_block_stride(g),
         items=items,
         per=per,
