@@ -7,7 +7,8 @@ reordered), pools between blocked convolutions, same-shape elementwise ops and u
 average pool writing plain, an unfoldable BatchNormalization as a blocked affine, channel Concats of whole blocks
 (blocked) or not (plain), a blocked tensor read by plain ops too or also a graph output, a 3-channel input (never
 reordered), the convolutions that stay plain (groups, a 1x1 16->16 from a plain input), a mobile block whose
-depthwise convolution runs blocked, and SiLU (``y * Sigmoid(y)``) in a blocked convolution's store."""
+depthwise convolution runs blocked, SiLU (``y * Sigmoid(y)``) in a blocked convolution's store, and channel
+Splits into whole blocks (blocked) or not (plain)."""
 
 from __future__ import annotations
 
@@ -398,3 +399,37 @@ def test_silu_whose_sigmoid_is_read_elsewhere_stays_nodes(tmp_path: Any) -> None
         tmp_path,
         {BLOCKED_CONV: 2, "Sigmoid": 1, "Mul": 1},
     )
+
+
+@pytest.mark.parametrize("opset", [11, 17])
+def test_split_into_whole_blocks_stays_blocked(opset: int, tmp_path: Any) -> None:
+    """YOLOv8's C2f: a Split of 48 channels into 16 + 32 (split as an attribute before opset 13, an input after),
+    a convolution on one part and a Concat of all three, with no reorder between; batch 2 (the parts are strided
+    copies, not views)."""
+    net = Net(19)
+    a = net.conv("x", "a", 16, 48)
+    if opset >= 13:
+        net.consts["sizes"] = np.array([16, 32], np.int64)
+        net.nodes.append(helper.make_node("Split", [a, "sizes"], ["p", "q"], axis=1))
+    else:
+        net.nodes.append(helper.make_node("Split", [a], ["p", "q"], axis=1, split=[16, 32]))
+    b = net.conv("q", "b", 32, 16)
+    net.conv(net.op("Concat", ["p", "q", b], "cat", axis=1), "y", 64, 16)
+    graph = check(
+        net.model([("x", (2, 16, 9, 11))], ["y"], opset=opset),
+        tmp_path,
+        {BLOCKED_CONV: 3, "Split": 1, "Concat": 1, TO_BLOCKED: 1, FROM_BLOCKED: 1},
+    )
+    assert producer_of(graph, "p~nchwc").op == "Split"
+
+
+def test_split_into_partial_blocks_goes_plain(tmp_path: Any) -> None:
+    """Parts of 8 and 24 channels are not block ranges: the Split reads the plain tensor (one reorder for it, one
+    for the graph output y)."""
+    net = Net(20)
+    a = net.conv("x", "a", 16, 32)
+    net.nodes.append(helper.make_node("Split", [a], ["p", "q"], axis=1, split=[8, 24]))
+    net.conv("q", "y", 24, 16)
+    net.op("Relu", ["p"], "z")
+    graph = check(net.model([("x", (1, 16, 8, 8))], ["y", "z"], opset=11), tmp_path, {"Split": 1, FROM_BLOCKED: 2})
+    assert producer_of(graph, "p").inputs == ["a"]

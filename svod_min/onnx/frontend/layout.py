@@ -7,7 +7,8 @@ its only readers). A depthwise convolution of a blocked input runs blocked (:mod
 with the same epilogues. Its result stays
 blocked through the ops that read blocked tensors as they are: pools, the global average and max pools (which
 write their result plain), per-channel affines, activations, same-shape elementwise ops of blocked tensors, and a
-channel Concat of inputs whose channel counts are multiples of 16. Every other reader, and a graph output,
+channel Concat of inputs whose channel counts are multiples of 16, and a channel Split into such parts (its
+lowering reads the part sizes from the blocked outputs' shapes). Every other reader, and a graph output,
 gets the plain tensor back through one ``svod.FromBlocked`` reorder, emitted before its first plain reader;
 a convolution whose input is plain reorders it with ``svod.ToBlocked`` only where the convolution's work per
 input element pays for the copy. Blocked values are named ``<tensor>~nchwc`` and have the physical shape
@@ -102,7 +103,7 @@ class _Rewrite:
         inputs = [self._blocked_input(name, k, op) for k, name in enumerate(node.inputs)]
         outputs = plain_outputs if op == BLOCKED_GLOBAL_POOL else [self._blocked_output(name) for name in plain_outputs]
         attrs = dict(node.attrs, _plain_inputs=list(node.inputs), _plain_outputs=plain_outputs, _op=node.op)
-        if node.op == "Concat":
+        if node.op in ("Concat", "Split"):
             attrs["axis"] = 1
         self.nodes.append(Node(op, node.name, node.index, inputs, outputs, attrs, node.domain, fused))
 
@@ -183,6 +184,8 @@ class _Rewrite:
             return node.op
         if node.op == "Concat" and int(node.attrs.get("axis", 0)) in (1, -3) and self._whole_blocks(node):
             return node.op
+        if node.op == "Split" and int(node.attrs.get("axis", 0)) in (1, -3) and self._whole_block_parts(node):
+            return node.op
         return None
 
     def _conv_blocks(self, node: Node) -> bool:
@@ -232,6 +235,14 @@ class _Rewrite:
             len(node.outputs) == 1
             and all(self.graph.values[n].shape == shape for n in tensors)
             and (len(tensors) == len([n for n in node.inputs if n]) or node.op in ACTIVATIONS)
+        )
+
+    def _whole_block_parts(self, node: Node) -> bool:
+        """A channel Split into parts of whole blocks: each part is a range of channel blocks (a view of the blocked
+        input where the batch is 1)."""
+        values = self.graph.values
+        return all(
+            name and len(values[name].shape) == 4 and values[name].shape[1] % LANES == 0 for name in node.outputs
         )
 
     def _whole_blocks(self, node: Node) -> bool:
