@@ -16,7 +16,7 @@ vectorised loop; padding output channels get act(0 + residual).
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
@@ -82,18 +82,6 @@ def has_edges(g: ConvGeom) -> bool:
     return g.pl > 0 or (g.ow - 1) * g.sw + (g.kw - 1) * g.dw >= g.w
 
 
-def column_segments(g: ConvGeom) -> List[Tuple[int, int, int]]:
-    """The output columns as (first, end, edge) runs: the left columns whose windows start in the padding and the
-    right ones whose windows end past the row (edge 1: their tiles test each tap), around the interior, whose
-    tiles test nothing. With a few edge columns on each side, the wide interior tiles never pay for the tests."""
-    if not has_edges(g):
-        return [(0, g.ow, 0)]
-    lo = min(g.ow, -(-g.pl // g.sw))
-    reach = g.w - 1 - (g.kw - 1) * g.dw + g.pl  # the last interior column's window start, times the stride
-    hi = max(lo, min(g.ow, reach // g.sw + 1 if reach >= 0 else 0))
-    return [(a, b, edge) for a, b, edge in ((0, lo, 1), (lo, hi, 0), (hi, g.ow, 1)) if b > a]
-
-
 def _input_layout(g: ConvGeom, plain_input: bool) -> Tuple[Dict[str, Any], int]:
     """How the kernel addresses its input (plain rows of channel planes, or blocked rows of pixels): an image's
     element count, and the input's size."""
@@ -139,8 +127,9 @@ def blocked_conv(
         dw=g.dw,
         oh=g.oh,
         ow=g.ow,
+        kw_span=(g.kw - 1) * g.dw,
         ig=-(-PARTIAL_TERMS // (LANES * g.kh * g.kw)),
-        segments=column_segments(g),
+        edges=int(has_edges(g)),
         last_n=g.c - LANES * (icb - 1),
         block_stride=_block_stride(g),
         items=items,
