@@ -55,7 +55,8 @@ ACTIVATIONS: Dict[str, Activation] = {
         _CLAMP01.format(t="({alpha} * {x} + {beta})"),
         ("hardsigmoid", (("alpha", "alpha"), ("beta", "beta"))),
     ),
-    "HardSwish": Activation((), "({x} * " + _CLAMP01.format(t="({x} / 6.0f + 0.5f)") + ")", ("hardswish", ())),
+    # ONNX's alpha 1/6 as a multiplier (the library's epilogue and onnxruntime round the same way; a divide costs more)
+    "HardSwish": Activation((), "({x} * " + _CLAMP01.format(t="({x} * (1.0f / 6.0f) + 0.5f)") + ")", ("hardswish", ())),
     "Gelu": Activation(
         (),
         "(0.5f * {x} * (1.0f + svod_erff({x} * 0.70710678118654752f)))",
