@@ -9,7 +9,7 @@ in the last block are padding: finite but arbitrary values that no kernel lets r
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -36,6 +36,11 @@ class ConvGeom:
     dh: int
     dw: int
     groups: int = 1
+
+    def window(self) -> Dict[str, int]:
+        """The sizes a window kernel's template takes: input and output planes, kernel, strides, leading pads and
+        dilations (``h w oh ow kh kw sh sw pt pl dh dw``)."""
+        return {k: getattr(self, k) for k in ("h", "w", "oh", "ow", "kh", "kw", "sh", "sw", "pt", "pl", "dh", "dw")}
 
 
 def contiguous_strides(shape: Sequence[int]) -> List[int]:

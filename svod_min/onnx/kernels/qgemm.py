@@ -166,18 +166,7 @@ def int8_pack_conv(g: ConvGeom, x: str) -> CKernel:
         panel_bytes=panel_bytes(k),
         flip_byte=0x80 if x == "uint8" else 0,
         c=g.c,
-        h=g.h,
-        w=g.w,
-        oh=g.oh,
-        ow=g.ow,
-        kh=g.kh,
-        kw=g.kw,
-        sh=g.sh,
-        sw=g.sw,
-        pt=g.pt,
-        pl=g.pl,
-        dh=g.dh,
-        dw=g.dw,
+        **g.window(),
     )
     packed, sums = packed_sizes(k, n, g.n)
     return make_kernel("qpackconv", body, [packed, sums, g.n * g.c * g.h * g.w, 1], chunks)
