@@ -433,20 +433,3 @@ def test_split_into_partial_blocks_goes_plain(tmp_path: Any) -> None:
     net.op("Relu", ["p"], "z")
     graph = check(net.model([("x", (1, 16, 8, 8))], ["y", "z"], opset=11), tmp_path, {"Split": 1, FROM_BLOCKED: 2})
     assert producer_of(graph, "p").inputs == ["a"]
-
-
-@pytest.mark.parametrize("oc", [1, 2, 4])
-def test_one_or_two_channel_head_of_a_blocked_input_runs_blocked(oc: int, tmp_path: Any) -> None:
-    """A 32 -> 1 or 2 Sigmoid head (basic-pitch's) reads the blocked tensor as it is, its padding output channels
-    dropped by the one reorder of its result; a 4-channel head reads the plain tensor through conv2d_gemm."""
-    net = Net(21)
-    a = net.op("Relu", [net.conv("x", "a", 16, 32)], "ar")
-    net.op("Sigmoid", [net.conv(a, "h", 32, oc)], "y")
-    blocked = oc <= 2
-    graph = check(
-        net.model([("x", (1, 16, 11, 13))], ["y"]),
-        tmp_path,
-        {BLOCKED_CONV: 2 if blocked else 1, "Conv": 0 if blocked else 1, FROM_BLOCKED: 1},
-    )
-    # The Sigmoid runs in the convolution's store, so the blocked convolution writes y's blocked tensor.
-    assert (producer_of(graph, "y~nchwc").op == BLOCKED_CONV) if blocked else ("y~nchwc" not in graph.values)

@@ -1,8 +1,7 @@
 """The layout pass: which tensors the lowering keeps in the blocked channel layout (NCHWc).
 
-A convolution with at least 16 channels out runs blocked (:mod:`.csrc_blocked_conv`), as does one of a blocked
-input with one or two channels out; one with fewer than 16 plain channels in (a first layer) reads them plain and
-writes blocked, and a PRelu with a constant slope per
+A convolution with at least 16 channels out runs blocked (:mod:`.csrc_blocked_conv`); one with fewer than 16
+plain channels in (a first layer) reads them plain and writes blocked, and a PRelu with a constant slope per
 channel that is its only reader runs in its store, as does a SiLU (``y * Sigmoid(y)``, the Sigmoid and the Mul
 its only readers). A depthwise convolution of a blocked input runs blocked (:mod:`..kernels.blocked_dwconv`),
 with the same epilogues. Its result stays
@@ -41,10 +40,6 @@ SAME_SHAPE_OPS = frozenset(ACTIVATIONS) | {"Add", "Sum", "Sub", "Mul", "Max", "M
 #: A convolution whose input is plain starts a blocked region when it does at least this many multiply-adds
 #: per input element the reorder copies.
 START_MACS_PER_INPUT = 64
-#: A convolution of a blocked input with at most this many channels out (a head's one- or two-channel map) runs
-#: blocked too: conv2d_gemm's 8-row tile computes 8 channels for its one or two, the blocked tile 16 at more than twice
-#: the rate, and the reorder of its input goes (basic-pitch's 32 -> 1 7x3 Sigmoid head: 2.75 -> 1.96 ms).
-FEW_OUT_OF_BLOCKED = 2
 
 
 def block_channels(graph: Graph) -> Graph:
@@ -201,8 +196,6 @@ class _Rewrite:
         if len(node.inputs) > 2 and node.inputs[2] and not g.is_const(node.inputs[2]) or not self._pads_ok(node):
             return False
         oc, c, kh, kw = g.values[w].shape
-        if x in self.blocked and oc <= FEW_OUT_OF_BLOCKED:
-            return True
         if oc < LANES:
             return False
         if x in self.blocked:

@@ -179,3 +179,25 @@ def col2im(g: ConvGeom, bias: bool, dtype: str = "float32") -> CKernel:
     )
     extents = [planes * g.oh * g.ow, g.n * g.groups * col_rows(g) * g.h * g.w] + ([g.oc] if bias else [])
     return make_kernel("col2im", body, extents, chunks)
+
+
+#: Output pixels summed in place per span of :func:`conv_one_out`: 1 KiB of float32, in L1 beside an input row's.
+ONE_OUT_SPAN = 256
+
+
+def conv_one_out(g: ConvGeom, bias: bool, act: Optional[str], act_params: Dict[str, float]) -> CKernel:
+    """A one-group float32 convolution with one output channel: each tap adds a scaled input row to the output row."""
+    rows = g.n * g.oh
+    chunks, per = share(rows, g.ow * g.c * g.kh * g.kw)
+    body = render(
+        "conv_one_out.c.j2",
+        T=C_TYPES["float32"],
+        rows=rows,
+        per=per,
+        span=ONE_OUT_SPAN,
+        store=activation(act, act_params, "acc"),
+        bias=bias,
+        **_window(g),
+    )
+    extents = [g.n * g.oh * g.ow, g.n * g.c * g.h * g.w, g.c * g.kh * g.kw] + ([1] if bias else [])
+    return make_kernel("conv_one_out", body, extents, chunks)

@@ -47,7 +47,10 @@ def lower_conv(L: Lowering, node: Node) -> None:
     out = node.outputs[0]
     ws = L.value(w).shape
     g = geometry(L, node, ws[2:], ws[0], int(node.attrs.get("group", 1)))
-    if conv_library_applies(L, node, g):
+    if one_out_applies(L, node, g):
+        kind, params = activation_of(node)
+        L.source(conv_kernels.conv_one_out(g, bool(bias), kind, params), [out, x, w] + ([bias] if bias else []))
+    elif conv_library_applies(L, node, g):
         lower_conv_library(L, node, g, bias)
     elif residual_of(node):  # the residual Add and activation run after a plain convolution
         _lower_conv_generic(L, dataclasses.replace(node, inputs=node.inputs[:3], fused={}), g, x, w, bias, out)
@@ -135,6 +138,13 @@ def residual_of(node: Node) -> str:
 def _epilogue_act(node: Node) -> Tuple[str, Dict[str, float], bool]:
     """(act param, its float variables, whether the activation still has to run after the kernel)."""
     return library_epilogue(*activation_of(node))
+
+
+def one_out_applies(L: Lowering, node: Node, g: ConvGeom) -> bool:
+    """A 2-D float32 convolution with one group and one output channel, without a fused residual: the row kernel
+    (conv2d_gemm's 8-row tile would compute seven channels for nothing)."""
+    x = L.value(node.inputs[0])
+    return g.oc == 1 and g.groups == 1 and len(x.shape) == 4 and x.dtype == "float32" and not residual_of(node)
 
 
 def conv_library_applies(L: Lowering, node: Node, g: ConvGeom) -> bool:
