@@ -84,6 +84,8 @@ def profiles(
 
     model = load_model(svod_path, device=CpuDevice(threads=1))
     model.run(dict(inputs))
+    # onnxruntime runs on the same inputs: those not given are the bundle's example data
+    inputs = {name: inputs[name] if name in inputs else model.array(name) for name in model.input_names}
     plan = model.loaded.plan
     best: Dict[int, Any] = {}
     with tempfile.TemporaryDirectory(prefix="svod_ort_profile_") as directory:

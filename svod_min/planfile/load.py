@@ -259,7 +259,7 @@ class Model:
             out = {}
             for name in self.output_names:
                 arr = io.copy_out(name)
-                out[name] = self._array(name) if arr is None else arr
+                out[name] = self.array(name) if arr is None else arr
             return out
 
     def _set_input(self, name: str, value: Any) -> None:
@@ -272,7 +272,9 @@ class Model:
         payload = memoryview(arr).cast("B") if arr.nbytes else b""  # the array's bytes, not a copy
         self.loaded.set_input(name, arr.dtype.name, tuple(arr.shape), payload)
 
-    def _array(self, name: str) -> Any:
+    def array(self, name: str) -> Any:
+        """A copy of buffer ``name`` as a numpy array: an output after a call, or an input's current contents (the
+        bundle's example data until a call replaces it)."""
         import numpy as np
 
         buf = self.loaded.buffers[name]

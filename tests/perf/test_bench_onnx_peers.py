@@ -231,3 +231,19 @@ def test_the_scaled_error() -> None:
     got = [("a", np.array([100.5, -50.0, 1.0], np.float32)), ("b", np.full(3, 7.0, np.float32))]
     assert openvino_peer.scaled_error(got, want) == pytest.approx(0.005)  # an all-zero output has no scale
     assert openvino_peer.scaled_error([("a", np.zeros(2))], want[:1]) == math.inf
+
+
+def test_the_profile_beside_onnxruntime_feeds_it_the_bundle_s_example_inputs(tmp_path: Any) -> None:
+    """Without --input, onnxruntime runs on the inputs the bundle runs on: its example data (an empty feed made
+    onnxruntime raise a traceback of its own)."""
+    pytest.importorskip("onnxruntime")
+    import onnx
+
+    from svod_min.compiler.targets import host_target
+    from svod_min.onnx import build_onnx
+
+    path, bundle = str(tmp_path / "tiny.onnx"), str(tmp_path / "tiny.svod")
+    onnx.save(_tiny_model(), path)
+    build_onnx(path, bundle, targets=[host_target()], expect=False)
+    times, nodes = op_profile.profiles(bundle, {}, runs=1, onnx_path=path)
+    assert times and {n.op for n in nodes} >= {"Conv"}
