@@ -333,8 +333,6 @@ def _dequantized_weights(e: Emit, w: str, scale: str, zero_point: str) -> str:
 def _rw_dynamic_quantize_lstm(e: Emit) -> None:
     """LSTM with the weights dequantized at build time; onnxruntime also quantizes X and H at each step (uint8, its
     own scale), which this computes in float32 instead: the outputs differ by that quantization (docs/onnx.md)."""
-    if e.opset < 13:
-        raise e.refuse("needs opset 13 or later (Unsqueeze with axes as an input)")
     w = _dequantized_weights(e, e.inp(1), e.inp(8), e.inp(9, required=False))
     r = _dequantized_weights(e, e.inp(2), e.inp(10), e.inp(11, required=False))
     inputs = [e.inp(0), w, r] + [e.inp(i, required=False) for i in range(3, 8)]

@@ -70,8 +70,7 @@ def _causal(e: Emit, scores: str, fill: float) -> str:
     """(S, L): ``fill`` where key j comes after query i (j > i + L - S), else 0."""
     zero, one = e.ints(0), e.ints(1)
     s, l = e.dim(scores, -2), e.dim(scores, -1)
-    scalar_s = e.op("Squeeze", [s, e.ints([0])]) if e.opset >= 13 else e.op("Squeeze", [s], axes=[0])
-    scalar_l = e.op("Squeeze", [l, e.ints([0])]) if e.opset >= 13 else e.op("Squeeze", [l], axes=[0])
+    scalar_s, scalar_l = e.squeeze(s, [0]), e.squeeze(l, [0])
     rows = e.unsqueeze(e.op("Range", [zero, scalar_s, one]), [1])
     cols = e.unsqueeze(e.op("Range", [zero, scalar_l, one]), [0])
     later = e.op("Greater", [cols, e.op("Add", [rows, e.op("Sub", [scalar_l, scalar_s])])])
@@ -185,7 +184,7 @@ def _positions(e: Emit, x: str, rank: int) -> str:
     if e.ranks.get(positions) != 1:
         raise e.refuse("position_ids of rank %s is not supported (only (B, S) or one offset)" % e.ranks.get(positions))
     seq = e.dim(x, 1 if rank == 3 else 2)
-    seq = e.op("Squeeze", [seq, e.ints([0])]) if e.opset >= 13 else e.op("Squeeze", [seq], axes=[0])
+    seq = e.squeeze(seq, [0])
     steps = e.op("Range", [e.ints(0), seq, e.ints(1)])
     return e.op("Add", [steps, e.op("Cast", [positions], to=TensorProto.INT64)])
 

@@ -74,6 +74,11 @@ class Emit:
             return self.op("Unsqueeze", [x, self.ints(axes)])
         return self.op("Unsqueeze", [x], axes=axes)
 
+    def squeeze(self, x: str, axes: List[int]) -> str:
+        if self.opset >= 13:
+            return self.op("Squeeze", [x, self.ints(axes)])
+        return self.op("Squeeze", [x], axes=axes)
+
     def split(self, x: str, axis: int, parts: int) -> List[str]:
         """``x`` cut into ``parts`` equal pieces along ``axis``."""
         outs = [self.fresh() for _ in range(parts)]

@@ -29,7 +29,7 @@ from .ir import Graph, Node, Value
 from .loops import unroll_loop, unroll_scan
 from .pins import deciding_inputs, pin_inputs, resolve_pins
 from .quant_fold import dequantize_constant, fuse_qdq_groups, quantize_constant
-from .selected_shapes import selected_shapes
+from .selected_shapes import DeclaredShapes, selected_shapes
 from .table import OpSpec
 
 #: ONNX's integer element types: an input of one without a bound dim is told of --pin too.
@@ -489,8 +489,7 @@ def _pad1_shapes(model: onnx.ModelProto) -> bool:
     """The output shapes of Pad-1 nodes, which onnx's shape inference lacks (their pads are the ``paddings``
     attribute): the input's dims plus the pads at both ends. True when one was set."""
     shapes = _static_shapes(model)
-    infos = {vi.name: vi for vi in list(model.graph.input) + list(model.graph.value_info)}
-    outputs = {o.name: o for o in model.graph.output}
+    declared = DeclaredShapes(model)
     found = False
     for node in model.graph.node:
         pads = [list(a.ints) for a in node.attribute if a.name == "paddings"]
@@ -499,15 +498,10 @@ def _pad1_shapes(model: onnx.ModelProto) -> bool:
             continue
         rank = len(src)
         dims = [d + pads[0][i] + pads[0][i + rank] for i, d in enumerate(src)] if len(pads[0]) == 2 * rank else []
-        if len(dims) != rank or min(dims, default=0) < 0 or node.input[0] not in infos:
+        if len(dims) != rank or min(dims, default=0) < 0:
             continue  # refused later, naming the node (no static shape)
-        target = outputs.get(node.output[0]) or model.graph.value_info.add()
-        target.name = node.output[0]
-        target.type.tensor_type.elem_type = infos[node.input[0]].type.tensor_type.elem_type
-        target.type.tensor_type.shape.Clear()
-        for d in dims:
-            target.type.tensor_type.shape.dim.add().dim_value = d
-        found = True
+        if declared.declare(node.output[0], node.input[0], dims):
+            found = True
     return found
 
 

@@ -48,24 +48,39 @@ def selected_shapes(model: onnx.ModelProto, shapes: Dict[str, Tuple[int, ...]]) 
     """Set the output shape of each default-domain op of ``DECIDING`` whose input has a static shape (``shapes``)
     and whose deciding operand is an initializer; True when one was set."""
     consts = {t.name: t for t in model.graph.initializer}
-    infos = {vi.name: vi for vi in list(model.graph.input) + list(model.graph.value_info)}
-    outputs = {o.name: o for o in model.graph.output}
+    declared = DeclaredShapes(model)
     found = False
     for node in model.graph.node:
         at = DECIDING.get(node.op_type)
         if at is None or node.domain not in ("", "ai.onnx") or len(node.input) <= at or not node.output:
             continue
         src = shapes.get(node.input[0])
-        if src is None or node.input[at] not in consts or node.output[0] in shapes or node.input[0] not in infos:
+        if src is None or node.input[at] not in consts or node.output[0] in shapes:
             continue
         dims = _dims(node, src, numpy_helper.to_array(consts[node.input[at]]))
-        if dims is None:
-            continue
-        target = outputs.get(node.output[0]) or model.graph.value_info.add()
-        target.name = node.output[0]
-        target.type.tensor_type.elem_type = infos[node.input[0]].type.tensor_type.elem_type
+        if dims is not None and declared.declare(node.output[0], node.input[0], dims):
+            found = True
+    return found
+
+
+class DeclaredShapes:
+    """Writes a shape the front end computed where onnx's inference has none: into the output's declaration, or a
+    value_info, with the element type of the value it derives from."""
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        self.model = model
+        self.infos = {vi.name: vi for vi in list(model.graph.input) + list(model.graph.value_info)}
+        self.outputs = {o.name: o for o in model.graph.output}
+
+    def declare(self, name: str, like: str, dims: List[int]) -> bool:
+        """``name`` gets ``dims`` and ``like``'s element type; False (nothing written) where ``like``'s type is
+        unknown."""
+        if like not in self.infos:
+            return False
+        target = self.outputs.get(name) or self.model.graph.value_info.add()
+        target.name = name
+        target.type.tensor_type.elem_type = self.infos[like].type.tensor_type.elem_type
         target.type.tensor_type.shape.Clear()
         for d in dims:
             target.type.tensor_type.shape.dim.add().dim_value = d
-        found = True
-    return found
+        return True
