@@ -487,31 +487,36 @@ def _build_onnx(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _parse_dims(items: List[str]) -> Dict[str, int]:
-    """``--dim batch=1`` (repeatable) -> {"batch": 1}."""
-    out: Dict[str, int] = {}
+def _parse_dims(items: List[str]) -> Dict[str, Any]:
+    """``--dim batch=1`` (repeatable) -> {"batch": 1}; ``--dim batch=1..8`` -> a ranged dim."""
+    from .onnx.frontend.ranged import parse_dim
+
+    out: Dict[str, Any] = {}
     for item in items:
         name, sep, value = item.rpartition("=")
         try:
             if not sep or not name:
                 raise ValueError(item)
-            out[name] = int(value)
+            out[name] = parse_dim(value)
         except ValueError:
-            raise PlanError("--dim %r: expected NAME=N" % item) from None
+            raise PlanError("--dim %r: expected NAME=N or NAME=MIN..MAX" % item) from None
     return out
 
 
-def _parse_input_shapes(items: List[str]) -> Dict[str, List[int]]:
-    """``--shape input=1,3,224,224`` (repeatable; the name may hold any character but the last '=')."""
-    out: Dict[str, List[int]] = {}
+def _parse_input_shapes(items: List[str]) -> Dict[str, List[Any]]:
+    """``--shape input=1,3,224,224`` (repeatable; the name may hold any character but the last '='); a dim
+    ``MIN..MAX`` is ranged."""
+    from .onnx.frontend.ranged import parse_dim
+
+    out: Dict[str, List[Any]] = {}
     for item in items:
         name, sep, value = item.rpartition("=")
         try:
             if not sep or not name:
                 raise ValueError(item)
-            out[name] = [int(d) for d in value.split(",")] if value.strip() else []
+            out[name] = [parse_dim(d) for d in value.split(",")] if value.strip() else []
         except ValueError:
-            raise PlanError("--shape %r: expected INPUT=D0,D1,..." % item) from None
+            raise PlanError("--shape %r: expected INPUT=D0,D1,... (a dim may be MIN..MAX)" % item) from None
     return out
 
 
@@ -665,14 +670,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     build.add_argument("--cc", default=None, help="compiler to build with (default: SVOD_CC, clang, gcc)")
     build.add_argument(
-        "--dim", action="append", default=[], metavar="NAME=N", help="ONNX: bind a dynamic dim by name (repeatable)"
+        "--dim",
+        action="append",
+        default=[],
+        metavar="NAME=N",
+        help="ONNX: bind a dynamic dim by name (repeatable); NAME=MIN..MAX ranges the batch, bound at run time",
     )
     build.add_argument(
         "--shape",
         action="append",
         default=[],
         metavar="INPUT=D0,D1,...",
-        help="ONNX: the whole shape of one input (repeatable)",
+        help="ONNX: the whole shape of one input (repeatable); a leading dim MIN..MAX ranges the batch",
     )
     build.add_argument(
         "--pin",

@@ -7,21 +7,27 @@ renamed into place: a refused or failed build leaves nothing at ``-o``.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
+from ..error import UnsupportedModelError
 from ..planfile.bundle_build import BuildReport, PlanTuner, build_bundle_from_document
 from ..planfile.memory_budget import build_warning, check_build_values, recording_refusal
+from .frontend.batch_rows import batched_values
 from .frontend.half import compute_halves_in_float, with_halves
 from .frontend.ir import Graph
 from .frontend.layout import block_channels
 from .frontend.parse import read_graph
 from .frontend.passes import run_passes
 from .frontend.pins import pinned_values
+from .frontend.ranged import BatchRange, Dim, at_size, batch_range
 from .frontend.table import OPS, check_graph
+from .kernels.ckernel import ranged_batch
 from .ops import (  # noqa: F401 - they fill the op table
     along_axis,
     blocked,
@@ -55,7 +61,7 @@ from .ops import (  # noqa: F401 - they fill the op table
     tensor_scatter,
     topk,
 )
-from .ops.lowering import Lowering, PlanParts, npy_bytes
+from .ops.lowering import BatchRows, Lowering, PlanParts, npy_bytes
 from .ops.pinned import check_pins
 
 #: Tolerance recorded with the expected outputs (onnxruntime's float32 sums run in another order): an element may
@@ -108,20 +114,33 @@ class OnnxBuild:
     expectations: str
 
 
-def lower_graph(graph: Graph, description: str, pinned: Optional[Mapping[str, np.ndarray]] = None) -> PlanParts:
-    """Checked IR -> plan document and files (passes included); float16/bfloat16 nodes of float32-only ops computed
-    in float32 first (:mod:`.frontend.half`)."""
+def prepared_graph(graph: Graph) -> Graph:
+    """Checked IR -> the graph the op table lowers: float16/bfloat16 nodes of float32-only ops computed in float32
+    first (:mod:`.frontend.half`), checked, passed, channels blocked."""
     graph = compute_halves_in_float(graph, OPS)
     check_graph(graph)
     check_build_values(
         ((name, v.shape, v.dtype) for name, v in graph.values.items() if v.const is None),
         ((name, graph.values[name].shape, graph.values[name].dtype) for name in graph.inputs),
     )
+    return block_channels(run_passes(graph))
+
+
+def lower_graph(
+    graph: Graph,
+    description: str,
+    pinned: Optional[Mapping[str, np.ndarray]] = None,
+    batch: Optional[Callable[[Graph], BatchRows]] = None,
+) -> PlanParts:
+    """Checked IR -> plan document and files (:func:`prepared_graph` first); ``batch``: a ranged build's batch, found
+    from the prepared graph."""
     model_nodes = len(graph.nodes)
-    graph = block_channels(run_passes(graph))
-    lowering = Lowering(graph)
-    for node in graph.nodes:
-        OPS[node.op].lower(lowering, node)
+    graph = prepared_graph(graph)
+    rows = batch(graph) if batch is not None else None
+    lowering = Lowering(graph, rows)
+    with ranged_batch() if rows is not None else contextlib.nullcontext():
+        for node in graph.nodes:
+            OPS[node.op].lower(lowering, node)
     check_pins(lowering, pinned or {})  # inputs pinned at build: fed values compared with the pins at each run
     parts = lowering.finish(description)
     parts.model_nodes = model_nodes
@@ -134,20 +153,38 @@ def lower_graph(graph: Graph, description: str, pinned: Optional[Mapping[str, np
 
 def lower_model(
     path: str,
-    dims: Optional[Mapping[str, int]] = None,
-    shapes: Optional[Mapping[str, Sequence[int]]] = None,
+    dims: Optional[Mapping[str, Dim]] = None,
+    shapes: Optional[Mapping[str, Sequence[Dim]]] = None,
     pins: Optional[Mapping[str, Any]] = None,
 ) -> PlanParts:
-    """``pins``: inputs whose values the build takes as known (``build --pin``, :mod:`.frontend.pins`)."""
-    graph = read_graph(path, dims or {}, shapes or {}, with_halves(OPS), pins)  # half nodes: see lower_graph
+    """``pins``: inputs whose values the build takes as known (``build --pin``, :mod:`.frontend.pins`); a dim given as
+    a :class:`DimRange` makes a ranged-batch build (:mod:`.frontend.ranged`)."""
+    ranged = batch_range(dims or {}, shapes or {})
+    if ranged is not None and pins:
+        raise UnsupportedModelError("--pin and a ranged dim together are not supported: build with a fixed --shape")
+    fixed_dims, fixed_shapes = at_size(dims or {}, shapes or {}, ranged.hi if ranged else 0)
+    graph = read_graph(path, fixed_dims, fixed_shapes, with_halves(OPS), pins)  # half nodes: see lower_graph
     pinned = pinned_values(graph, list(pins or {}))
     outs = ", ".join("%s %s" % (o, list(graph.values[o].shape)) for o in graph.outputs)
     ins = ", ".join("%s %s" % (i, list(graph.values[i].shape)) for i in graph.inputs)
-    return lower_graph(
-        graph,
-        "ONNX model %s (opset %d): inputs %s -> outputs %s" % (os.path.basename(path), graph.opset, ins, outs),
-        pinned,
-    )
+    description = "ONNX model %s (opset %d): inputs %s -> outputs %s" % (os.path.basename(path), graph.opset, ins, outs)
+    if ranged is not None:
+        description += "; %s ranged %d..%d" % (ranged.variable, ranged.lo, ranged.hi)
+    batch = None if ranged is None else functools.partial(_batch_rows, path, dims or {}, shapes or {}, ranged)
+    return lower_graph(graph, description, pinned, batch)
+
+
+def _batch_rows(
+    path: str, dims: Mapping[str, Dim], shapes: Mapping[str, Sequence[Dim]], ranged: BatchRange, graph: Graph
+) -> BatchRows:
+    """The batched values of ``graph`` (prepared at the range's largest size), found against the model read and
+    prepared at a second size."""
+    alt_dims, alt_shapes = at_size(dims, shapes, ranged.alternate)
+    other = prepared_graph(read_graph(path, alt_dims, alt_shapes, with_halves(OPS)))
+    values = batched_values(graph, other, ranged.hi, ranged.alternate)
+    if not any(name in values for name in graph.inputs):
+        raise UnsupportedModelError("ranged batch: no input of the model carries the ranged dim")
+    return BatchRows(ranged.variable, ranged.lo, ranged.hi, values)
 
 
 def record_expectations(

@@ -32,7 +32,7 @@ def _reorder(tag: str, to_blocked: bool, n: int, c: int, h: int, w: int) -> CKer
     sizes = dict(c=c, cb=cb, h=h, w=w, per=per, items=items)
     body = render("blocked_reorder.c.j2", to_blocked=to_blocked, swaps=transpose16_swaps(), **sizes)
     blocked, nchw = n * cb * h * w * LANES, n * c * h * w
-    return make_kernel(tag, body, [blocked, nchw] if to_blocked else [nchw, blocked], chunks)
+    return make_kernel(tag, body, [blocked, nchw] if to_blocked else [nchw, blocked], chunks, rows_first=True)
 
 
 def to_blocked(n: int, c: int, h: int, w: int) -> CKernel:

@@ -130,4 +130,5 @@ def blocked_conv(
     extents = [out_size, x_size, ocb * icb * g.kh * g.kw * LANES * LANES, ocb * LANES]
     if residual:
         extents.append(out_size)
-    return make_kernel("bconv", render("blocked_conv.c.j2", **values), extents, chunks, OPT_FLAGS, flops=2 * macs)
+    body = render("blocked_conv.c.j2", **values)
+    return make_kernel("bconv", body, extents, chunks, OPT_FLAGS, flops=2 * macs, rows_first=True)

@@ -63,4 +63,5 @@ def blocked_dwconv(g: ConvGeom, act: Optional[str], act_params: Dict[str, Any]) 
         chunks,
         OPT_FLAGS,
         flops=2 * g.n * g.c * g.oh * g.ow * g.kh * g.kw,
+        rows_first=True,
     )

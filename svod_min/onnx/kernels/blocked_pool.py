@@ -53,7 +53,9 @@ def blocked_pool(op: str, g: ConvGeom, count_include_pad: bool, dtype: str = "fl
     kind = POOL_KINDS[op]
     window = dict(g=asdict(g), tile=pool_tile(g), include_pad=count_include_pad, buf=LANES * TILE_COLUMNS)
     body = _render(kind, items, chunks, dtype, kernel="window", **window)
-    return make_kernel("bpool_" + kind, body, [items * g.ow * LANES, g.n * cb * g.h * g.w * LANES], chunks)
+    return make_kernel(
+        "bpool_" + kind, body, [items * g.ow * LANES, g.n * cb * g.h * g.w * LANES], chunks, rows_first=True
+    )
 
 
 def _global_pool(tag: str, kind: str, n: int, c: int, h: int, w: int, dtype: str) -> CKernel:
@@ -61,7 +63,7 @@ def _global_pool(tag: str, kind: str, n: int, c: int, h: int, w: int, dtype: str
     items = n * cb
     chunks = chunks_for(items, h * w * LANES)
     body = _render(kind, items, chunks, dtype, kernel="global", c=c, cb=cb, hw=h * w)
-    return make_kernel(tag, body, [n * c, items * h * w * LANES], chunks)
+    return make_kernel(tag, body, [n * c, items * h * w * LANES], chunks, rows_first=True)
 
 
 def blocked_global_avgpool(n: int, c: int, h: int, w: int, dtype: str = "float32") -> CKernel:

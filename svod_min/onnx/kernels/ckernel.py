@@ -17,11 +17,13 @@ objects.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import hashlib
 import os
 from dataclasses import dataclass
-from typing import Any, Sequence, Tuple
+from typing import Any, Iterator, Sequence, Tuple
 
 from ..ctext import flt
 from .libmath import library_math
@@ -38,12 +40,32 @@ GRAIN = 1 << 15
 MAX_CHUNKS = 64
 #: The kernel families' templates.
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
+#: Whether the kernels rendered now belong to a ranged-batch build: each then takes the batch as an int argument
+#: before core_id (``int svod_batch, int core_id``), so that the plan can size its launch by the run's batch.
+_RANGED = contextvars.ContextVar("svod_onnx_ranged_batch", default=False)
+
+
+@contextlib.contextmanager
+def ranged_batch() -> Iterator[None]:
+    """Render the kernels of a ranged-batch build (their entries take ``int svod_batch``) inside this block."""
+    token = _RANGED.set(True)
+    try:
+        yield
+    finally:
+        _RANGED.reset(token)
+
+
+def takes_batch() -> bool:
+    """Whether kernels rendered now take the batch argument."""
+    return _RANGED.get()
 
 
 @dataclass(frozen=True)
 class CKernel:
     """A generated kernel: entry name, C text, pointer count, element counts each buffer must hold, calls, and
-    compiler flags it adds to the target's (after them, so they win)."""
+    compiler flags it adds to the target's (after them, so they win). ``rows_first``: its core_id calls share the
+    items of its first buffer in C order, so the first k calls cover at least the first k/chunks of that buffer (a
+    ranged batch runs only the calls that cover the bound rows)."""
 
     name: str
     source: str
@@ -51,6 +73,7 @@ class CKernel:
     chunks: int
     flags: Tuple[str, ...] = ()
     flops: int = 0
+    rows_first: bool = False
 
     @property
     def buffers(self) -> int:
@@ -58,15 +81,23 @@ class CKernel:
 
 
 def make_kernel(
-    tag: str, body: str, extents: Sequence[int], chunks: int, flags: Sequence[str] = (), flops: int = 0
+    tag: str,
+    body: str,
+    extents: Sequence[int],
+    chunks: int,
+    flags: Sequence[str] = (),
+    flops: int = 0,
+    rows_first: bool = False,
 ) -> CKernel:
     """A CKernel named after the hash of its text and flags (equal ones share one compiled kernel); the library math
-    functions the body calls (:mod:`.libmath`) come before it."""
+    functions the body calls (:mod:`.libmath`) come before it. ``rows_first``: see :class:`CKernel`."""
     text = library_math(body) + body
     digest = hashlib.sha256("\0".join([text, *flags]).encode("utf-8")).hexdigest()[:12]
     name = "svod_onnx_%s_%s" % (tag, digest)
     sizes = tuple(max(1, int(e)) for e in extents)
-    return CKernel(name, PROTOTYPES + text.replace("KNAME", name), sizes, max(1, int(chunks)), tuple(flags), int(flops))
+    return CKernel(
+        name, PROTOTYPES + text.replace("KNAME", name), sizes, max(1, int(chunks)), tuple(flags), int(flops), rows_first
+    )
 
 
 @functools.lru_cache(maxsize=None)
@@ -88,8 +119,10 @@ def _environment() -> Any:
 
 
 def render(template: str, **constants: Any) -> str:
-    """The C text of ``template`` (a file of ``templates/``) with ``constants``."""
-    return _environment().get_template(template).render(**constants)
+    """The C text of ``template`` (a file of ``templates/``) with ``constants`` (and ``batch_param``, the entry's
+    batch argument in a ranged build, else nothing)."""
+    batch_param = "int svod_batch, " if takes_batch() else ""
+    return _environment().get_template(template).render(batch_param=batch_param, **constants)
 
 
 def chunks_for(items: int, work_per_item: int, grain: int = GRAIN) -> int:

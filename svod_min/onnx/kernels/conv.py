@@ -52,7 +52,7 @@ def conv2d(
         **_window(g),
     )
     extents = [g.n * g.oc * g.oh * g.ow, g.n * g.c * g.h * g.w, g.oc * cg * g.kh * g.kw] + ([g.oc] if bias else [])
-    return make_kernel("conv", body, extents, chunks)
+    return make_kernel("conv", body, extents, chunks, rows_first=True)
 
 
 def im2col(g: ConvGeom, dtype: str = "float32") -> CKernel:
@@ -101,7 +101,7 @@ def depthwise2d(
         **_window(g),
     )
     extents = [g.n * g.c * g.oh * g.ow, g.n * g.c * g.h * g.w, g.c * g.kh * g.kw] + ([g.c] if bias else [])
-    return make_kernel("dwconv", body, extents, chunks)
+    return make_kernel("dwconv", body, extents, chunks, rows_first=True)
 
 
 def conv_transpose(
@@ -200,4 +200,4 @@ def conv_one_out(g: ConvGeom, bias: bool, act: Optional[str], act_params: Dict[s
         **_window(g),
     )
     extents = [g.n * g.oh * g.ow, g.n * g.c * g.h * g.w, g.c * g.kh * g.kw] + ([1] if bias else [])
-    return make_kernel("conv_one_out", body, extents, chunks)
+    return make_kernel("conv_one_out", body, extents, chunks, rows_first=True)

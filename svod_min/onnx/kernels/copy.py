@@ -38,7 +38,7 @@ def slice_copy(outer: int, length: int, total: int, offset: int, dtype: str = "f
     """Concat's strided case: ``out[o, offset:offset+length] = x[o, :]`` for each of ``outer`` rows of ``total``."""
     chunks, per = share(outer, length)
     body = render("concat.c.j2", T=move_type(dtype), per=per, outer=outer, length=length, total=total, offset=offset)
-    return make_kernel("concat", body, [outer * total, outer * length], chunks)
+    return make_kernel("concat", body, [outer * total, outer * length], chunks, rows_first=True)
 
 
 def gather_copy(
@@ -67,7 +67,7 @@ def gather_copy(
         last=int(shape[-1]),
         step=int(strides[-1]),
     )
-    return make_kernel(tag, body, [n_out, src_count], chunks)
+    return make_kernel(tag, body, [n_out, src_count], chunks, rows_first=True)
 
 
 def pad(
@@ -124,7 +124,7 @@ def _pad(
         begin=[int(b) for b in begin],
         in_strides=contiguous_strides(in_shape),
     )
-    return make_kernel("pad", body, [n_out, max(1, int(math.prod(in_shape)))], chunks)
+    return make_kernel("pad", body, [n_out, max(1, int(math.prod(in_shape)))], chunks, rows_first=True)
 
 
 def gather(
@@ -149,7 +149,7 @@ def gather(
         words=SLOT_WORDS,
     )
     extents = [rows * inner, outer * axis_len * inner, count] + ([chunks * SLOT_WORDS] if checked else [])
-    return make_kernel("gather", body, extents, chunks)
+    return make_kernel("gather", body, extents, chunks, rows_first=True)
 
 
 def gather_elements(
@@ -179,4 +179,4 @@ def gather_elements(
         words=SLOT_WORDS,
     )
     extents = [total, max(1, int(math.prod(data_shape))), total] + ([chunks * SLOT_WORDS] if checked else [])
-    return make_kernel("gather_elements", body, extents, chunks)
+    return make_kernel("gather_elements", body, extents, chunks, rows_first=True)

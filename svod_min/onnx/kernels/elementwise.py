@@ -71,4 +71,4 @@ def elementwise(
         steps=[int(s[-1]) for s in strides[1:]],
     )
     extents = [n_out] + [max(1, int(math.prod(s))) for s in in_shapes[first:]]
-    return make_kernel(tag, body, extents, chunks)
+    return make_kernel(tag, body, extents, chunks, rows_first=True)

@@ -12,4 +12,4 @@ def layer_norm_stats(rows: int, cols: int, epsilon: float) -> CKernel:
     written to the fifth and sixth buffers."""
     chunks, per = share(rows, cols * 3)
     body = render("layer_norm.c.j2", per=per, rows=rows, cols=cols, epsilon=epsilon)
-    return make_kernel("layernorm", body, [rows * cols, rows * cols, cols, cols, rows, rows], chunks)
+    return make_kernel("layernorm", body, [rows * cols, rows * cols, cols, cols, rows, rows], chunks, rows_first=True)

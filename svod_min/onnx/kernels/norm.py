@@ -36,7 +36,7 @@ def softmax_axis(outer: int, red: int, inner: int, log: bool, dtype: str = "floa
         red=red,
         inner=inner,
     )
-    return make_kernel("softmax", body, [outer * red * inner, outer * red * inner], chunks)
+    return make_kernel("softmax", body, [outer * red * inner, outer * red * inner], chunks, rows_first=True)
 
 
 def _softmax_rows(rows: int, cols: int, log: bool, dtype: str = "float32") -> CKernel:
@@ -44,7 +44,7 @@ def _softmax_rows(rows: int, cols: int, log: bool, dtype: str = "float32") -> CK
     loops, a fixed summation order), the exps stored in the same pass as their sum, then scaled."""
     chunks, per = share(rows, cols * 3)
     body = render("softmax.c.j2", T=C_TYPES[dtype], shape="rows", rows=rows, log=log, per=per, cols=cols)
-    return make_kernel("softmax", body, [rows * cols, rows * cols], chunks)
+    return make_kernel("softmax", body, [rows * cols, rows * cols], chunks, rows_first=True)
 
 
 def lrn(n: int, c: int, hw: int, size: int, alpha: float, beta: float, bias: float, dtype: str = "float32") -> CKernel:
@@ -70,7 +70,7 @@ def lrn(n: int, c: int, hw: int, size: int, alpha: float, beta: float, bias: flo
         scale=alpha / size,
         beta=beta,
     )
-    return make_kernel("lrn", body, [planes * hw, planes * hw], chunks)
+    return make_kernel("lrn", body, [planes * hw, planes * hw], chunks, rows_first=True)
 
 
 def instance_norm(planes: int, channels: int, size: int, epsilon: float, dtype: str = "float32") -> CKernel:
@@ -79,4 +79,4 @@ def instance_norm(planes: int, channels: int, size: int, epsilon: float, dtype: 
     body = render(
         "instance_norm.c.j2", T=C_TYPES[dtype], per=per, planes=planes, channels=channels, size=size, epsilon=epsilon
     )
-    return make_kernel("instnorm", body, [planes * size, planes * size, channels, channels], chunks)
+    return make_kernel("instnorm", body, [planes * size, planes * size, channels, channels], chunks, rows_first=True)

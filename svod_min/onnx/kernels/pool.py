@@ -103,7 +103,7 @@ def _pool(template: str, g: ConvGeom, kind: str, count_include_pad: bool, dtype:
         T=C_TYPES[dtype],
         **constants,
     )
-    return make_kernel("pool", body, [g.n * g.c * g.oh * g.ow, g.n * g.c * g.h * g.w], chunks)
+    return make_kernel("pool", body, [g.n * g.c * g.oh * g.ow, g.n * g.c * g.h * g.w], chunks, rows_first=True)
 
 
 def _check_kind(kind: str) -> None:
@@ -204,4 +204,4 @@ def pool_nd(
         dims=[{key: int(v) for key, v in a.items()} for a in window],
     )
     extents = [planes * n_out, planes * n_in] + ([planes * n_out] if indices else [])
-    return make_kernel("pool", body, extents, chunks)
+    return make_kernel("pool", body, extents, chunks, rows_first=True)

@@ -48,5 +48,9 @@ def quant_kernel(
     )
     scales = 1 if mode == "tensor" else axis_len if mode == "axis" else outer * blocks * inner
     return make_kernel(
-        "q" if kernel == "quantize" else "dq", body, [rows * inner, rows * inner, scales, scales], chunks
+        "q" if kernel == "quantize" else "dq",
+        body,
+        [rows * inner, rows * inner, scales, scales],
+        chunks,
+        rows_first=True,
     )

@@ -27,7 +27,7 @@ def reduce_axis(outer: int, red: int, inner: int, kind: str, dtype: str = "float
         red=red,
         inner=inner,
     )
-    return make_kernel("reduce", body, [items, outer * red * inner], chunks)
+    return make_kernel("reduce", body, [items, outer * red * inner], chunks, rows_first=True)
 
 
 def arg_reduce(outer: int, red: int, inner: int, largest: bool, last: bool, dtype: str = "float32") -> CKernel:
@@ -45,4 +45,4 @@ def arg_reduce(outer: int, red: int, inner: int, largest: bool, last: bool, dtyp
         red=red,
         inner=inner,
     )
-    return make_kernel("arg", body, [items, outer * red * inner], chunks)
+    return make_kernel("arg", body, [items, outer * red * inner], chunks, rows_first=True)

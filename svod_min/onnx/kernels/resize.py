@@ -43,7 +43,7 @@ def taps(
         weight=[float(v) for v in weight],
         fill=_floats(fill),
     )
-    return make_kernel("resize", body, [rows * inner, outer * n_in * inner], chunks)
+    return make_kernel("resize", body, [rows * inner, outer * n_in * inner], chunks, rows_first=True)
 
 
 def taps_last_axis(
@@ -75,7 +75,7 @@ def taps_last_axis(
         tap_weight=tap_weight,
         fill=_floats(fill),
     )
-    return make_kernel("resize", body, [outer * n_out, outer * n_in], chunks)
+    return make_kernel("resize", body, [outer * n_out, outer * n_in], chunks, rows_first=True)
 
 
 def nearest_2d(
@@ -99,7 +99,7 @@ def nearest_2d(
         rows_at=[int(v) for v in rows_at],
         cols_at=[int(v) for v in cols_at],
     )
-    return make_kernel("resize", body, [rows * w_out, outer * h_in * w_in], chunks)
+    return make_kernel("resize", body, [rows * w_out, outer * h_in * w_in], chunks, rows_first=True)
 
 
 def _floats(values: Optional[Sequence[float]]) -> Optional[List[float]]:

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ...error import UnsupportedModelError
 from ...planfile.status import SLOT_WORDS
 from ..frontend.ir import Graph, Value
 from ..kernels.ckernel import CKernel
@@ -31,6 +32,37 @@ LIBRARY_KERNELS = frozenset({"conv2d_gemm", "global_avgpool"})
 #: The params of a float32 library kernel.
 F32 = {"dtype": "float32"}
 ALIGN = 64
+#: The kernel variable a ranged build's generated kernels take the batch in (their ``int svod_batch`` argument).
+BATCH_ARG = "batch"
+#: Library kernels whose work follows the batch through one variable: kernel -> (variable, whether the variable
+#: holds the batch only when the kernel's second buffer, its left operand, is batched too: a matmul's M).
+BATCH_LIBRARY_VARS = {
+    "conv2d": ("N", False),
+    "conv2d_gemm": ("N", False),
+    "depthwise_conv2d": ("N", False),
+    "global_avgpool": ("N", False),
+    "maxpool2d": ("N", False),
+    "avgpool2d": ("N", False),
+    "matmul": ("M", True),
+    "layernorm": ("rows", False),
+    "reduce_mean": ("outer", False),
+    "reduce_max": ("outer", False),
+    "reduce_sum": ("outer", False),
+    "reduce_min": ("outer", False),
+}
+#: Library elementwise kernels: ``n`` counts every element, the batch's rows included.
+BATCH_ELEMENTWISE_VAR = "n"
+
+
+@dataclass(frozen=True)
+class BatchRows:
+    """A ranged build's batch: the plan variable, its range, and the graph's values that carry it as their first
+    dim (:mod:`svod_min.onnx.frontend.batch_rows`). The plan is lowered at ``hi``."""
+
+    variable: str
+    lo: int
+    hi: int
+    values: FrozenSet[str]
 
 
 @dataclass
@@ -56,8 +88,9 @@ def npy_bytes(data: np.ndarray) -> bytes:
 class Lowering:
     """Collects plan ops, kernels and aliases while the op table lowers each node."""
 
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, batch: Optional[BatchRows] = None) -> None:
         self.graph = graph
+        self.batch = batch
         self.ops: List[Dict[str, Any]] = []
         self.access: List[List[str]] = []  # value names each op touches
         self.kernels: Dict[str, Dict[str, Any]] = {}
@@ -125,7 +158,24 @@ class Lowering:
             return
         key = "lib.%s%s" % (kernel, "".join(".%s=%s" % (k, params[k]) for k in sorted(params) if k != "dtype"))
         self.kernels.setdefault(key, {"library": kernel, "params": dict(params)})
-        self._op({"kernel": key, "buffers": list(buffers), "vars": dict(variables)}, buffers)
+        bound = dict(variables, **self._library_batch(kernel, buffers, variables))
+        self._op({"kernel": key, "buffers": list(buffers), "vars": bound}, buffers)
+
+    def _library_batch(self, kernel: str, buffers: Sequence[str], variables: Dict[str, Any]) -> Dict[str, str]:
+        """In a ranged build, the library variable that counts the batch's rows, as an expression of the batch."""
+        b = self.batch
+        if b is None or buffers[0] not in b.values:
+            return {}
+        if kernel == "permute":  # its extents e0..e3 are the output's dims, padded with leading 1s
+            var = next((k for k in ("e0", "e1", "e2", "e3") if variables.get(k) != 1), "e3")
+            needs_left = False
+        else:
+            var, needs_left = BATCH_LIBRARY_VARS.get(kernel, (BATCH_ELEMENTWISE_VAR, False))
+        value = variables.get(var)
+        if type(value) is not int or value % b.hi or (needs_left and buffers[1] not in b.values):
+            return {}  # the whole largest batch: right for any binding, only slower
+        per_row = value // b.hi
+        return {var: b.variable if per_row == 1 else "%s * %d" % (b.variable, per_row)}
 
     def source(self, kernel: CKernel, buffers: Sequence[str], outputs: Sequence[int] = (0,)) -> None:
         """Run generated ``kernel`` on ``buffers``;
@@ -139,7 +189,7 @@ class Lowering:
                 "source": kernel.source,
                 "buffers": kernel.buffers,
                 "outputs": list(outputs),
-                "vars": ["core_id"],
+                "vars": ["core_id"] if self.batch is None else [BATCH_ARG, "core_id"],
                 "global_size": [kernel.chunks, 1, 1],
                 "extents": {str(i): e for i, e in enumerate(kernel.extents)},
             },
@@ -148,7 +198,21 @@ class Lowering:
             self.kernels[kernel.name]["flags"] = list(kernel.flags)
         if kernel.flops:
             self.kernels[kernel.name]["flops"] = kernel.flops
-        self._op({"kernel": kernel.name, "buffers": list(buffers)}, buffers)
+        self._op(
+            dict({"kernel": kernel.name, "buffers": list(buffers)}, **self._source_batch(kernel, buffers)), buffers
+        )
+
+    def _source_batch(self, kernel: CKernel, buffers: Sequence[str]) -> Dict[str, Any]:
+        """In a ranged build, the op's batch binding and, for a kernel whose calls share its first buffer's rows in
+        order, a launch of only the calls that cover the bound rows (a superset: the last may run a row more)."""
+        b = self.batch
+        if b is None:
+            return {}
+        assert "int svod_batch, int core_id" in kernel.source, kernel.name  # rendered inside ranged_batch()
+        out: Dict[str, Any] = {} if b.variable == BATCH_ARG else {"vars": {BATCH_ARG: b.variable}}
+        if kernel.rows_first and kernel.chunks > 1 and buffers[0] in b.values:
+            out["global_size"] = ["ceildiv(%s * %d, %d)" % (BATCH_ARG, kernel.chunks, b.hi), 1, 1]
+        return out
 
     def status_slots(
         self, node: str, what: str, shape: Sequence[int], why: str, slots: int, kind: str = "index", dtype: str = ""
@@ -158,6 +222,11 @@ class Lowering:
         from; ``kind`` "pinned": a pinned input's check, ``what`` the input, ``dtype`` its dtype), as a view the
         kernel writes."""
         offset = sum(c["slots"] for c in self.checks) * SLOT_WORDS
+        if self.batch is not None:  # a call that covers rows past the bound batch would check stale indices
+            raise UnsupportedModelError(
+                "ranged batch: %s checks %s, read at run time; this release checks those in fixed builds only: "
+                "build with a fixed --shape" % (node, what)
+            )
         record = {"offset": offset, "slots": slots, "node": node, "what": what, "shape": [int(d) for d in shape]}
         record["why"] = why
         if kind != "index":  # "index" is the default: index records read as plans before the field had them
@@ -206,9 +275,21 @@ class Lowering:
             buffers[name] = {"dtype": v.dtype, "shape": list(v.shape), "view_of": base, "offset": start}
         ops = [dict(op, deps=[i - 1]) if i else dict(op) for i, op in enumerate(self.ops)]
         doc = {"svod_plan": 1, "description": description, "buffers": buffers, "kernels": self.kernels, "ops": ops}
+        self._declare_batch(doc)
         if self.checks:
             doc["checks"] = {"buffer": STATUS, "records": self.checks}
         return PlanParts(doc, files, examples, arena, weight_bytes)
+
+    def _declare_batch(self, doc: Dict[str, Any]) -> None:
+        """A ranged build's plan variable, and the dims of the inputs and outputs that carry it (bound at run time)."""
+        b = self.batch
+        if b is None:
+            return
+        doc["vars"] = {b.variable: {"min": b.lo, "max": b.hi, "default": b.hi}}
+        for name in list(self.graph.inputs) + list(self.graph.outputs):
+            buf = doc["buffers"].get(name)
+            if buf is not None and name in b.values:
+                buf["dims"] = [b.variable] + list(buf["shape"][1:])
 
     def _outputs_written(self) -> None:
         """Graph outputs nothing wrote (a constant result, an input passed through) are copied in."""
