@@ -138,7 +138,7 @@ def lower_graph(
     graph = prepared_graph(graph)
     rows = batch(graph) if batch is not None else None
     lowering = Lowering(graph, rows)
-    with ranged_batch() if rows is not None else contextlib.nullcontext():
+    with ranged_batch(rows.hi) if rows is not None else contextlib.nullcontext():
         for node in graph.nodes:
             OPS[node.op].lower(lowering, node)
     check_pins(lowering, pinned or {})  # inputs pinned at build: fed values compared with the pins at each run

@@ -38,6 +38,9 @@ ROWWISE = frozenset(
 #: comparison checks that the output's shape follows the batch): a constant computed from the batch may feed them.
 SHAPE_INPUTS = frozenset({("Reshape", 1), ("Expand", 1), ("Tile", 1), ("Resize", 3), ("Upsample", 1)})
 
+#: A start this far below zero clamps to the first row at any batch size.
+INT32_LIMIT = 1 << 31
+
 Rule = Callable[[Graph, Node, FrozenSet[str]], Optional[str]]
 
 
@@ -169,16 +172,20 @@ def _gemm(g: Graph, node: Node, batched: FrozenSet[str]) -> Optional[str]:
 
 
 def _slice(g: Graph, node: Node, batched: FrozenSet[str]) -> Optional[str]:
+    """A Slice may name axis 0 only to keep every row: start 0, step 1 (the graph comparison checks the end)."""
     if any(v in batched for v in node.inputs[1:]):
         return "its starts, ends or steps follow the batch"
-    if len(node.inputs) < 4 or not node.inputs[3]:
-        axes = list(range(len(g.const(node.inputs[1]).ravel()))) if g.is_const(node.inputs[1]) else [0]
-    elif g.is_const(node.inputs[3]):
-        axes = [int(a) for a in g.const(node.inputs[3]).ravel()]
-    else:
-        return "its axes are computed at run time"
+    parts = [node.inputs[i] if len(node.inputs) > i else "" for i in (1, 3, 4)]
+    if any(p and not g.is_const(p) for p in parts):
+        return "its starts, axes or steps are computed at run time"
+    starts = [int(v) for v in g.const(parts[0]).ravel()]
+    axes = [int(v) for v in g.const(parts[1]).ravel()] if parts[1] else list(range(len(starts)))
+    steps = [int(v) for v in g.const(parts[2]).ravel()] if parts[2] else [1] * len(starts)
     rank = _rank(g, node.inputs[0])
-    return "it slices axis 0, the batch" if any(a % rank == 0 for a in axes) else None
+    for start, axis, step in zip(starts, axes, steps):
+        if axis % rank == 0 and (step != 1 or not (start == 0 or start <= -INT32_LIMIT)):
+            return "it slices axis 0, the batch (only start 0 and step 1 keep every row)"
+    return None
 
 
 def _recurrent(g: Graph, node: Node, batched: FrozenSet[str]) -> Optional[str]:

@@ -40,15 +40,18 @@ GRAIN = 1 << 15
 MAX_CHUNKS = 64
 #: The kernel families' templates.
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
-#: Whether the kernels rendered now belong to a ranged-batch build: each then takes the batch as an int argument
-#: before core_id (``int svod_batch, int core_id``), so that the plan can size its launch by the run's batch.
-_RANGED = contextvars.ContextVar("svod_onnx_ranged_batch", default=False)
+#: The largest batch of a ranged-batch build whose kernels are rendered now (0: a fixed build). Each kernel then takes
+#: the batch as an int argument before core_id (``int svod_batch, int core_id``), so that the plan can size its
+#: launch by the run's batch, and shares its items in a multiple of that many calls, so that a call covers one
+#: batch row's items (or a part of them) rather than straddling rows.
+_RANGED = contextvars.ContextVar("svod_onnx_ranged_batch", default=0)
 
 
 @contextlib.contextmanager
-def ranged_batch() -> Iterator[None]:
-    """Render the kernels of a ranged-batch build (their entries take ``int svod_batch``) inside this block."""
-    token = _RANGED.set(True)
+def ranged_batch(rows: int) -> Iterator[None]:
+    """Render the kernels of a ranged-batch build of at most ``rows`` rows (their entries take ``int svod_batch``)
+    inside this block."""
+    token = _RANGED.set(int(rows))
     try:
         yield
     finally:
@@ -57,7 +60,7 @@ def ranged_batch() -> Iterator[None]:
 
 def takes_batch() -> bool:
     """Whether kernels rendered now take the batch argument."""
-    return _RANGED.get()
+    return _RANGED.get() > 0
 
 
 @dataclass(frozen=True)
@@ -127,8 +130,13 @@ def render(template: str, **constants: Any) -> str:
 
 def chunks_for(items: int, work_per_item: int, grain: int = GRAIN) -> int:
     """How many core_id calls share ``items`` independent items of ``work_per_item`` elements each (each call doing
-    ``grain`` of that work at least)."""
-    return max(1, min(items, MAX_CHUNKS, (items * max(1, work_per_item)) // grain))
+    ``grain`` of that work at least); in a ranged-batch build a multiple of its largest batch where the items are
+    (so that a run of fewer rows launches only the calls of its rows)."""
+    chunks = max(1, min(items, MAX_CHUNKS, (items * max(1, work_per_item)) // grain))
+    rows = _RANGED.get()
+    if rows > 1 and items % rows == 0:
+        chunks = min(items, -(-chunks // rows) * rows)
+    return chunks
 
 
 def share(items: int, work_per_item: int, grain: int = GRAIN) -> Tuple[int, int]:
