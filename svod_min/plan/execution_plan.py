@@ -489,6 +489,10 @@ class ExecutionPlan:
         """Every variable the caller may set, by name (bounds intersected across ops)."""
         return plan_runtime_vars(self._ops)
 
+    def current_var_values(self) -> Dict[str, int]:
+        """The plan variables' values of the latest run (the builder's before the first): a copy."""
+        return dict(self._var_values)
+
     def _apply_vars(self, values: Mapping[str, int]) -> None:
         """Patch vals (not fixed vars, not core_id), then re-validate and re-bind. Dispatches nothing."""
         env = dict(self._var_values)

@@ -1,6 +1,8 @@
 """Plan files and model bundles: JSON plans read, validated and loaded onto a device.
 
 * :mod:`.load` — ``load_plan``: a plan document, file or bundle to a runnable ``LoadedPlan``.
+* :mod:`.binding` — ranged dims: variables bound from the fed inputs' shapes, outputs at their bound shape.
+* :mod:`.feeds` — ``run --input`` files read and bound, ``--save``'s bytes at the bound shape (no numpy).
 * :mod:`.schema` — the document's value checks (one error per wrong field, naming its path).
 * :mod:`.data` — buffer contents (inline, ``.npy``, raw files) and the files a plan names.
 * :mod:`.verify` — a run's outputs against the plan's expected values (numpy where it is installed).

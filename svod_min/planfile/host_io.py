@@ -94,6 +94,36 @@ class HostIO:
             view[...] = value
         return True
 
+    def copy_in_prefix(self, name: str, value: Any) -> bool:
+        """Write ``value`` at the start of input ``name``'s buffer, C order (a ranged input fed at a bound shape,
+        docs/plan-format.md "Ranged dims") when it is an ndarray of the buffer's dtype and rank that fits; False
+        (nothing written) otherwise. The caller has checked the shape against the dims."""
+        slot = self.inputs.get(name)
+        if slot is None or type(value) is not self.ndarray:
+            return False
+        view, dtype, shape = slot
+        if value.dtype != dtype or value.ndim != len(shape) or value.size > view.size:
+            return False
+        self._assign(view.reshape(-1)[: value.size].reshape(value.shape), value)
+        return True
+
+    def _assign(self, dst: Any, value: Any) -> None:
+        if dst.dtype.kind == "b":  # stored as 0/1 whatever bytes the feed holds
+            self.not_equal(value.view(self.uint8), 0, out=dst)
+        else:
+            dst[...] = value
+
+    def copy_out_prefix(self, name: str, shape: Tuple[int, ...]) -> Optional[Any]:
+        """A new array of ``shape`` from the start of output ``name``'s buffer (its bound shape); None where the
+        buffer has no view."""
+        slot = self.outputs[name]
+        if slot is None:
+            return None
+        size = 1
+        for dim in shape:
+            size *= dim
+        return slot[0].reshape(-1)[:size].reshape(shape).copy()
+
     def copy_out(self, name: str) -> Optional[Any]:
         """A new array holding output ``name``'s contents; None where the buffer has no view."""
         slot = self.outputs[name]

@@ -31,6 +31,7 @@ from ..plan.execution_plan import (
     RuntimeVar,
 )
 from ..plan.ops import custom_function_kinds
+from .binding import Binding, Dim, read_dims
 from .bundle import is_bundle, is_bundle_bytes, open_bundle
 from .data import MAX_BUFFER_BYTES, Expectation, PlanData
 from .host_io import HostIO, checked_feed, host_dtype_name
@@ -79,6 +80,8 @@ class LoadedPlan:
     outputs: List[str] = field(default_factory=list)
     #: ``weights_bytes`` (constant data) and ``arena_peak_live_bytes`` (the largest set of arena views live at once)
     memory: Dict[str, int] = field(default_factory=dict)
+    #: the inputs' and outputs' ranged dims (planfile/binding.py); None when no buffer has any
+    binding: Optional[Binding] = None
 
     def verify(self) -> List[Tuple[str, bool, float]]:
         """(buffer, ok, max abs error) for every expectation; NaN where NaN is expected counts as equal."""
@@ -93,8 +96,52 @@ class LoadedPlan:
                 % (name, ", ".join(repr(n) for n in self.inputs) or "none")
             )
         buf = self.buffers[name]
-        want = (buf.dtype.name if hasattr(buf.dtype, "name") else str(buf.dtype), tuple(buf.shape))
-        buf.copyin(checked_feed(name, want, dtype_name, shape, payload))
+        dtype = buf.dtype.name if hasattr(buf.dtype, "name") else str(buf.dtype)
+        shape = tuple(shape)
+        if self.binding is not None and name in self.binding.inputs and shape != tuple(buf.shape):
+            self.binding.bind({name: shape})  # a bound shape: it must fit the dims; it lies at the buffer's start
+            buf = buf.view(0, _count(shape) * buf.dtype.itemsize, shape=shape)
+        buf.copyin(checked_feed(name, (dtype, tuple(buf.shape)), dtype_name, shape, payload))
+
+    def bind(self, shapes: Mapping[str, Tuple[int, ...]], given: Optional[Mapping[str, int]] = None) -> Dict[str, int]:
+        """The variables that feeds of ``shapes`` (input name -> shape) bind through the inputs' dims, checked
+        (planfile/binding.py ``Binding.bind``); {} when the plan has no dims."""
+        return {} if self.binding is None else self.binding.bind(shapes, given)
+
+    def execute_bound(self, values: Mapping[str, int]) -> None:
+        """Run once with ``values`` set (none: as the plan stands); variables that only dims name are kept by the
+        binding, the plan's ops knowing nothing of them."""
+        binding = self.binding
+        plan_values, loose = binding.split(values) if binding is not None else (dict(values), {})
+        current = self.plan.current_var_values()
+        if any(current.get(name) != value for name, value in plan_values.items()):
+            self.plan.execute_with_vars(plan_values)
+        else:  # the values the plan holds (checked when they were set): a call at one size pays no re-binding
+            self.plan.execute()
+        if loose:
+            binding.loose.update(loose)  # type: ignore[union-attr]
+
+    def bound_shape(self, name: str, env: Optional[Mapping[str, int]] = None) -> Tuple[int, ...]:
+        """Buffer ``name``'s shape at ``env`` (default: the current variables, :meth:`var_env`): its dims
+        evaluated, or its shape when it has none."""
+        binding = self.binding
+        if binding is None or name not in binding.dims:
+            return tuple(self.buffers[name].shape)
+        return binding.shape(name, self.var_env() if env is None else env)
+
+    def var_env(self) -> Dict[str, int]:
+        """Every plan variable's current value: the plan's, and those only dims name (kept by the binding)."""
+        env = self.plan.current_var_values()
+        if self.binding is not None:
+            env.update(self.binding.loose)
+        return env
+
+
+def _count(shape: Tuple[int, ...]) -> int:
+    out = 1
+    for size in shape:
+        out *= size
+    return out
 
 
 def load_plan(
@@ -247,6 +294,8 @@ class Model:
             io = self._io
             if io is None:
                 io = self._io = HostIO(self.loaded)
+            if self.loaded.binding is not None:
+                return self._run_bound(io, self.loaded.binding, inputs, var_values)
             for name, value in inputs.items():
                 if not io.copy_in(name, value):  # an array of the buffer's dtype and shape: one assignment
                     self._set_input(name, value)
@@ -261,6 +310,33 @@ class Model:
                 arr = io.copy_out(name)
                 out[name] = self.array(name) if arr is None else arr
             return out
+
+    def _run_bound(
+        self, io: HostIO, binding: Binding, inputs: Mapping[str, Any], var_values: Optional[Mapping[str, int]]
+    ) -> Dict[str, Any]:
+        """``run`` for a plan with ranged dims: the variables bound from the inputs' shapes (every refusal before
+        anything is copied), each input written at the start of its buffer, the outputs read at their bound
+        shapes."""
+        shapes = {name: _shape_of(value) for name, value in inputs.items() if name in binding.inputs}
+        bound = binding.bind(shapes, var_values)
+        for name, value in inputs.items():
+            if not io.copy_in(name, value) and not (name in binding.inputs and io.copy_in_prefix(name, value)):
+                self._set_input(name, value)
+        values = dict(var_values or {})
+        values.update(bound)
+        self.loaded.execute_bound(values)
+        self.loaded.plan.synchronize()
+        out = {}
+        env = self.loaded.var_env()
+        for name in self.output_names:
+            shape = binding.shape(name, env) if name in binding.dims else None
+            arr = io.copy_out(name) if shape is None else io.copy_out_prefix(name, shape)
+            if arr is None:  # no host view: the whole buffer, then its prefix
+                arr = self.array(name)
+                if shape is not None:
+                    arr = arr.reshape(-1)[: _count(shape)].reshape(shape).copy()
+            out[name] = arr
+        return out
 
     def _set_input(self, name: str, value: Any) -> None:
         """The general way in: any array-like, checked by set_input (which names what does not match)."""
@@ -280,6 +356,16 @@ class Model:
         buf = self.loaded.buffers[name]
         dt = host_dtype_name(buf.dtype.name) if hasattr(buf.dtype, "name") else str(buf.dtype)
         return buf.copyout_into(np.empty(tuple(buf.shape), dtype=dt))  # one copy, on any device
+
+
+def _shape_of(value: Any) -> Tuple[int, ...]:
+    """A feed's shape: an array's, or what numpy makes of a nested list."""
+    shape = getattr(value, "shape", None)
+    if shape is None:
+        import numpy as np
+
+        shape = np.shape(value)
+    return tuple(shape)
 
 
 def load_model(source: Any, *, device: Any = None, trusted_keys: TrustedKeys = None, max_memory: Any = None) -> Model:
@@ -307,6 +393,7 @@ class _PlanReader:
         self.buffers: Dict[str, Any] = {}
         self.buffer_index: Dict[str, int] = {}
         self.kernels: Dict[str, Tuple[CachedKernel, Dict[str, Any]]] = {}
+        self.dims: Dict[str, Tuple[Dim, ...]] = {}
         self.data: Any = None  # a PlanData once the device is known
         self.before_code: Any = None  # called once the buffers are filled, before any kernel is loaded
 
@@ -353,6 +440,11 @@ class _PlanReader:
         inputs = [n for n, spec in self.doc["buffers"].items() if spec.get("input")]
         output_names = [n for n, spec in self.doc["buffers"].items() if spec.get("output")]
         memory = memory_figures(self.doc["buffers"], ops, self.buffers)
+        binding = None
+        if self.dims:
+            full = {n: tuple(self.buffers[n].shape) for n in self.dims}
+            runtime = frozenset(plan.runtime_vars())
+            binding = Binding(self.dims, full, inputs, self.variables, self.values, runtime)
         return LoadedPlan(
             plan,
             self.buffers,
@@ -363,6 +455,7 @@ class _PlanReader:
             inputs,
             output_names,
             memory,
+            binding,
         )
 
     # -- device and variables ------------------------------------------------------------
@@ -403,7 +496,7 @@ class _PlanReader:
         for ast_id, (name, b) in enumerate(spec.items()):
             path = "buffers.%s" % name
             b = as_object(b, path)
-            known_keys(b, {"dtype", "shape", "init", "output", "input", "view_of", "offset"}, path)
+            known_keys(b, {"dtype", "shape", "init", "output", "input", "view_of", "offset", "dims"}, path)
             for flag in ("output", "input"):
                 if flag in b:
                     as_bool(b[flag], "%s.%s" % (path, flag))
@@ -414,6 +507,8 @@ class _PlanReader:
             )
             buf = self.data.view(name, b, path, self.buffers) if "view_of" in b else self.data.allocate(b, path)
             self.buffers[name] = buf
+            if "dims" in b:
+                self.dims[name] = read_dims(b, tuple(buf.shape), self.variables, path)
             self.buffer_index[name] = builder.add_buffer(ast_id, buf)
             if b.get("input"):
                 builder.declare_input(self.buffer_index[name])
