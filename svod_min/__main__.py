@@ -62,11 +62,12 @@ def _load(args: argparse.Namespace, var_values: Dict[str, int]) -> "LoadedPlan":
     )
 
 
-def _timed_runs(plan: Any, repeat: int) -> List[float]:
+def _timed_runs(plan: Any, repeat: int, run: Any = None) -> List[float]:
+    """``repeat`` timed runs of ``run`` (default: ``plan.execute``)."""
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
-        plan.execute()
+        (run or plan.execute)()
         plan.synchronize()  # a GPU plan returns once its work is queued
         times.append(time.perf_counter() - start)
     return times
@@ -74,13 +75,13 @@ def _timed_runs(plan: Any, repeat: int) -> List[float]:
 
 def _save_outputs(loaded: "LoadedPlan", directory: str) -> List[str]:
     from .npy import write_npy
-    from .planfile.memory_budget import host_payload
+    from .planfile.feeds import output_payload
 
     os.makedirs(directory, exist_ok=True)
     written = []
     for name, buf in _saved_outputs(loaded).items():
         path = os.path.join(directory, _file_name(name) + ".npy")
-        write_npy(path, buf.dtype, tuple(buf.shape), host_payload(buf))  # from the buffer itself: no copy
+        write_npy(path, buf.dtype, *output_payload(loaded, name, buf))  # from the buffer itself: no copy
         written.append(path)
     return written
 
@@ -109,37 +110,25 @@ def _writing(path: str, option: str, write: Any) -> Any:
         raise PlanError("%s %s: cannot write: %s" % (option, path, exc.strerror or exc)) from None
 
 
-def _replace_inputs(loaded: "LoadedPlan", items: List[str]) -> List[str]:
-    """``--input NAME=FILE.npy``: NAME is everything before the last '=' (input names may hold any character)."""
-    from .npy import read_npy
-
-    replaced = []
-    for item in items:
-        name, sep, path = item.rpartition("=")
-        if not sep or not name or not path:
-            raise PlanError("--input %r: expected NAME=FILE.npy" % item)
-        try:
-            dt, shape, payload = read_npy(path)
-        except OSError as exc:
-            raise PlanError("--input %s: cannot read %s: %s" % (name, path, exc.strerror or exc)) from None
-        loaded.set_input(name, dt.name, tuple(shape), payload)
-        replaced.append(name)
-    return replaced
-
-
 def _cmd_run(args: argparse.Namespace) -> int:
+    from .planfile.binding import binding_line
+    from .planfile.feeds import replace_inputs
     from .profiler import profile_table, write_chrome_trace
 
     if args.repeat < 1:
         raise PlanError("--repeat must be >= 1, got %d" % args.repeat)
     if args.once and (args.repeat != 1 or args.profile or args.trace):
         raise PlanError("--once stops after the first run: --repeat, --profile and --trace need further runs")
-    loaded = _load(args, _parse_vars(args.var))
+    given = _parse_vars(args.var)
+    loaded = _load(args, given)
     plan = loaded.plan
     if args.save:
         _saved_outputs(loaded)  # refused before anything runs
-    replaced = _replace_inputs(loaded, args.input)
-    first = _timed_runs(plan, 1)  # the first run from the initial state is the one verified
+    replaced, bound = replace_inputs(loaded, args.input, given)
+    if bound and not args.json:
+        print(binding_line(bound))
+    # the first run from the initial state is the one verified; a binding sets the variables for every run
+    first = _timed_runs(plan, 1, (lambda: loaded.execute_bound(bound)) if bound else None)
     checks = [] if replaced else loaded.verify()
     saved = _writing(args.save, "--save", lambda: _save_outputs(loaded, args.save)) if args.save else []
     # later runs are warm: they profile and time (--once: none, the command ends at the first output)
@@ -162,6 +151,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         "profile": [p.to_dict() for p in profiles],
         "saved": saved,
         "inputs_replaced": replaced,
+        "binding": bound,
+        # the expectations were recorded at the defaults: another binding computes another tensor
+        "binding_differs": {n: v for n, v in bound.items() if v != loaded.defaults.get(n)},
     }
     if args.json:
         print(json.dumps(report, indent=1, allow_nan=False))
@@ -189,7 +181,13 @@ def _print_report(report: Dict[str, Any], table: Optional[str]) -> None:
             "verify %s: %s (max |err| %s)"
             % (check["buffer"], "ok" if check["ok"] else "FAILED", "%.3g" % err if err is not None else "inf")
         )
-    if report["inputs_replaced"]:
+    if report["binding_differs"]:
+        differs = sorted(report["binding_differs"].items())
+        print(
+            "verify: skipped: the expectations were recorded at %s, this run binds %s"
+            % (" ".join("%s=%d" % (n, report["vars"][n]) for n, _ in differs), " ".join("%s=%d" % kv for kv in differs))
+        )
+    elif report["inputs_replaced"]:
         print(
             "verify: skipped: inputs replaced (%s); the recorded expectations describe the example inputs"
             % ", ".join(report["inputs_replaced"])

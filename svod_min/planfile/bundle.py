@@ -401,7 +401,7 @@ def describe_bundle(bundle: Bundle) -> List[str]:
 
 def _io_lines(plan: Mapping[str, Any]) -> List[str]:
     """``input NAME: DTYPE [SHAPE]`` and ``output ...`` of the plan's buffers (what ``run --input`` takes and
-    ``--save`` writes; bfloat16 as its uint16 bits, numpy having no bfloat16; a pinned input's pin)."""
+    ``--save`` writes; ranged dims; bfloat16 as its uint16 bits, numpy having no bfloat16; a pinned input's pin)."""
     buffers = plan.get("buffers")
     pins = pinned_inputs(plan)  # build --pin: the value the input must be fed
     lines = []
@@ -414,7 +414,9 @@ def _io_lines(plan: Mapping[str, Any]) -> List[str]:
                     if role == "input" and name in pins
                     else ""
                 )
-                lines.append("%s %s: %s %s%s%s" % (role, name, b.get("dtype"), b.get("shape"), bits, pin))
+                dims = b.get("dims")  # ranged dims: the size follows the variables, shape is the largest
+                ranged = " dims [%s]" % ", ".join(str(d) for d in dims) if isinstance(dims, list) else ""
+                lines.append("%s %s: %s %s%s%s%s" % (role, name, b.get("dtype"), b.get("shape"), ranged, bits, pin))
     return lines
 
 
