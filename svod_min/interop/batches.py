@@ -4,9 +4,10 @@ Dask bridges, :mod:`svod_min.interop.ray` and :mod:`svod_min.interop.dask`).
 A bundle's inputs have a fixed leading dimension: its batch. :func:`batch_layout` reads, from the plan
 document alone (nothing is compiled), how many rows one run takes and the shape and dtype of one row of
 each input and output. :class:`BatchRunner` cuts a batch of ``n`` rows into runs of that many: with a
-plan batch variable (a symbolic batch, docs/tinygrad.md) each run binds it to its row count, otherwise
-the last piece is padded with zeros and the padding's outputs dropped. :func:`cached_runner` keeps one
-loaded model per process, keyed by the bundle's sha256, so a worker loads a bundle once however many
+plan batch variable (a symbolic batch, docs/tinygrad.md) each run binds it to its row count (when the inputs
+carry ranged dims, docs/plan-format.md, a run is fed only its rows and its outputs come back at their bound
+rows), otherwise the last piece is padded with zeros and the padding's outputs dropped. :func:`cached_runner`
+keeps one loaded model per process, keyed by the bundle's sha256, so a worker loads a bundle once however many
 tasks it runs. numpy is needed here (the engines hand over numpy arrays).
 """
 
@@ -40,12 +41,14 @@ class Port:
 @dataclass(frozen=True)
 class BatchLayout:
     """How a model takes rows: ``rows`` per run (the fixed batch, or the batch variable's maximum),
-    the plan's batch ``variable`` if it has one, and its input and output ports."""
+    the plan's batch ``variable`` if it has one, and its input and output ports; ``ranged``: every input's
+    leading dim is the batch variable (its dims), so a run takes its rows alone, unpadded."""
 
     rows: int
     variable: Optional[str]
     inputs: Tuple[Port, ...]
     outputs: Tuple[Port, ...]
+    ranged: bool = False
 
     def output(self, name: str) -> Port:
         for port in self.outputs:
@@ -82,7 +85,8 @@ def batch_layout(doc: Mapping[str, Any]) -> BatchLayout:
                 "input %r: leading dimension %d; every input needs the same batch dimension (%d)" % (name, lead, rows)
             )
     in_ports = tuple(Port(n, _numpy_name(b), tuple(b["shape"][1:])) for n, b in inputs)
-    return BatchLayout(rows, variable, in_ports, tuple(_output_port(n, b, rows) for n, b in outputs))
+    ranged = variable is not None and all((list(b.get("dims") or []) or [None])[0] == variable for _, b in inputs)
+    return BatchLayout(rows, variable, in_ports, tuple(_output_port(n, b, rows) for n, b in outputs), ranged)
 
 
 def _batch_variable(variables: Mapping[str, Any], leading: set) -> Optional[str]:
@@ -128,14 +132,18 @@ class BatchRunner:
 
         arrays, n = self._rows(columns)
         out = {p.name: np.empty((n,) + p.row_shape, dtype=p.dtype) for p in self.layout.outputs}
-        step = self.layout.rows
+        step, ranged = self.layout.rows, self.layout.ranged
         for start in range(0, n, step):
             count = min(step, n - start)
-            feed = {name: _padded(a[start : start + count], step) for name, a in arrays.items()}
-            variables = {self.layout.variable: count} if self.layout.variable else None
+            feed = {
+                name: a[start : start + count] if ranged else _padded(a[start : start + count], step)
+                for name, a in arrays.items()
+            }
+            # ranged inputs bind the variable themselves; an explicit value would only repeat it
+            variables = {self.layout.variable: count} if self.layout.variable and not ranged else None
             result = self.model.run(feed, variables)
-            for port in self.layout.outputs:
-                out[port.name][start : start + count] = result[port.name].reshape((step,) + port.row_shape)[:count]
+            for port in self.layout.outputs:  # a bound output, or the whole buffer: row i starts at the same place
+                out[port.name][start : start + count] = _first_rows(result[port.name], count, port.row_shape)
         return out
 
     def _rows(self, columns: Mapping[str, Any]) -> Tuple[Dict[str, Any], int]:
@@ -172,6 +180,14 @@ def _as_rows(array: Any, port: Port) -> Any:
     if not np.can_cast(array.dtype, port.dtype, casting="same_kind"):
         raise PlanError("input %r: got %s, the model takes %s" % (port.name, array.dtype, port.dtype))
     return np.ascontiguousarray(array.reshape((array.shape[0],) + port.row_shape), dtype=port.dtype)
+
+
+def _first_rows(array: Any, count: int, row_shape: Tuple[int, ...]) -> Any:
+    """The first ``count`` rows of ``row_shape`` in ``array``'s C-order elements."""
+    size = count
+    for dim in row_shape:
+        size *= dim
+    return array.reshape(-1)[:size].reshape((count,) + row_shape)
 
 
 def _padded(rows: Any, count: int) -> Any:
