@@ -8,5 +8,7 @@ unrolled; :mod:`.selected_shapes`: the output shapes of Compress and MaxUnpool t
 (:mod:`.ir`; :mod:`.half`: float16/bfloat16 nodes of float32-only ops computed in float32), checks against the op
 table (:mod:`.table`; :mod:`.indices`: the index rules; :mod:`.contracts`: the shape contracts onnx's inference leaves
 unchecked), the graph passes (:mod:`.passes`: folds, fusions; :mod:`.gelu_chain`: the exporters' Gelu formulas back
-into one Gelu) and the layout pass (:mod:`.layout`: the blocked channel layout).
+into one Gelu) and the layout pass (:mod:`.layout`: the blocked channel layout). A ranged-batch build
+(:mod:`.ranged`: ``--shape x=1..8,...``) reads the model at two batch sizes and :mod:`.batch_rows` finds the batched
+values and refuses ops that mix batch rows.
 """

@@ -12,7 +12,7 @@ suggesting a fixed ``--shape``.
 
 from __future__ import annotations
 
-from typing import Callable, Dict, FrozenSet, List, Optional, Sequence
+from typing import Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -44,12 +44,14 @@ INT32_LIMIT = 1 << 31
 Rule = Callable[[Graph, Node, FrozenSet[str]], Optional[str]]
 
 
-def batched_values(a: Graph, b: Graph, n_a: int, n_b: int) -> FrozenSet[str]:
-    """The values of ``a`` (read at batch ``n_a``) that carry the batch as their first dim, found against ``b`` (the
-    same model at ``n_b``); UnsupportedModelError naming the first value or node that does not keep rows apart."""
+def batched_values(a: Graph, b: Graph, n_a: int, n_b: int) -> Dict[str, int]:
+    """The values of ``a`` (read at batch ``n_a``) that carry the batch in their first dim, found against ``b`` (the
+    same model at ``n_b``), each with its rows per batch row (a first dim of k x batch: the heads of an attention
+    folded into it, k rows per batch row, in batch order); UnsupportedModelError naming the first value or node that
+    does not keep rows apart."""
     _same_nodes(a, b)
     consumers = a.consumers()
-    batched = set()
+    batched: Dict[str, int] = {}
     for name, va in a.values.items():
         vb = b.values.get(name)
         if vb is None or vb.dtype != va.dtype:
@@ -57,16 +59,16 @@ def batched_values(a: Graph, b: Graph, n_a: int, n_b: int) -> FrozenSet[str]:
         if va.const is not None or vb.const is not None:
             _same_constant(name, va.const, vb.const, consumers.get(name, []), n_a, n_b)
         elif va.shape != vb.shape:
-            if not _batch_first(va.shape, vb.shape, n_a, n_b):
+            per_row = _rows_per_batch_row(va.shape, vb.shape, n_a, n_b)
+            if not per_row:
                 raise _refusal(
                     "value %r is %s at batch %d and %s at batch %d: the batch must stay its first dim"
                     % (name, list(va.shape), n_a, list(vb.shape), n_b)
                 )
-            batched.add(name)
-    found = frozenset(batched)
+            batched[name] = per_row
     for node in a.nodes:
-        _check_node(a, node, found)
-    return found
+        _check_node(a, node, batched)
+    return batched
 
 
 def _same_nodes(a: Graph, b: Graph) -> None:
@@ -91,11 +93,21 @@ def _same_constant(
             )
 
 
-def _batch_first(sa: Sequence[int], sb: Sequence[int], n_a: int, n_b: int) -> bool:
-    return len(sa) == len(sb) >= 1 and sa[0] == n_a and sb[0] == n_b and tuple(sa[1:]) == tuple(sb[1:])
+def _rows_per_batch_row(sa: Sequence[int], sb: Sequence[int], n_a: int, n_b: int) -> int:
+    """k where the first dim is k x the batch at both sizes and nothing else differs, else 0."""
+    if len(sa) != len(sb) or not sa or tuple(sa[1:]) != tuple(sb[1:]) or sa[0] % n_a or sb[0] % n_b:
+        return 0
+    k = sa[0] // n_a
+    return k if k >= 1 and sb[0] == k * n_b else 0
 
 
-def _check_node(g: Graph, node: Node, batched: FrozenSet[str]) -> None:
+#: Ops that may change how many rows of a value one batch row owns (the batch-major order stays: a Reshape of
+#: [batch, 6, T, D] to [batch x 6, T, D]); every other op keeps it (a Tile or Resize that doubles axis 0 would not
+#: keep the batch order, or mixes rows).
+REGROUPING = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
+
+
+def _check_node(g: Graph, node: Node, batched: Mapping[str, int]) -> None:
     ins = [v for v in node.inputs if v and v in batched]
     if not ins:
         return
@@ -104,10 +116,16 @@ def _check_node(g: Graph, node: Node, batched: FrozenSet[str]) -> None:
         raise _refusal(
             "%s reads batched %r but its output %r does not follow the batch" % (node.label(), ins[0], unbatched_out[0])
         )
+    regrouped = [v for v in node.outputs if v in batched and batched[v] != batched[ins[0]]]
+    if regrouped and node.op not in REGROUPING:
+        raise _refusal(
+            "%s: its output %r holds %d rows per batch row, its input %r %d"
+            % (node.label(), regrouped[0], batched[regrouped[0]], ins[0], batched[ins[0]])
+        )
     if node.op in ROWWISE:
         return
     rule = RULES.get(node.op)
-    why = "this release does not know it keeps batch rows apart" if rule is None else rule(g, node, batched)
+    why = "this release does not know it keeps batch rows apart" if rule is None else rule(g, node, frozenset(batched))
     if why:
         raise _refusal("%s: %s" % (node.label(), why))
 
@@ -157,7 +175,10 @@ def _reduce(g: Graph, node: Node, batched: FrozenSet[str]) -> Optional[str]:
 
 
 def _matmul(g: Graph, node: Node, batched: FrozenSet[str]) -> Optional[str]:
-    a, b = node.inputs[0], node.inputs[1]
+    operands = (0, 3) if node.op == "QLinearMatMul" else (0, 1)
+    a, b = (node.inputs[i] for i in operands)
+    if any(v in batched for i, v in enumerate(node.inputs) if i not in operands):
+        return "its scales or zero points follow the batch"
     if b in batched and (_rank(g, b) < 3 or (a in batched and _rank(g, a) != _rank(g, b))):
         return "its second operand carries the batch on a contracted or broadcast axis"
     if a in batched and _rank(g, a) < 2:
@@ -230,6 +251,7 @@ RULES: Dict[str, Rule] = {
     "BatchNormalization": _batch_norm,
     "MatMul": _matmul,
     "MatMulInteger": _matmul,
+    "QLinearMatMul": _matmul,
     "Gemm": _gemm,
     "Slice": _slice,
     "LSTM": _recurrent,
@@ -245,4 +267,4 @@ RULES: Dict[str, Rule] = {
 }
 
 
-__all__ = ["RULES", "ROWWISE", "SHAPE_INPUTS", "batched_values"]
+__all__ = ["REGROUPING", "RULES", "ROWWISE", "SHAPE_INPUTS", "batched_values"]

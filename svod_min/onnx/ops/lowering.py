@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass, field
-from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -56,13 +56,13 @@ BATCH_ELEMENTWISE_VAR = "n"
 
 @dataclass(frozen=True)
 class BatchRows:
-    """A ranged build's batch: the plan variable, its range, and the graph's values that carry it as their first
-    dim (:mod:`svod_min.onnx.frontend.batch_rows`). The plan is lowered at ``hi``."""
+    """A ranged build's batch: the plan variable, its range, and the graph's values that carry it in their first
+    dim with their rows per batch row (:mod:`svod_min.onnx.frontend.batch_rows`). The plan is lowered at ``hi``."""
 
     variable: str
     lo: int
     hi: int
-    values: FrozenSet[str]
+    values: Mapping[str, int]
 
 
 @dataclass
@@ -289,7 +289,9 @@ class Lowering:
         for name in list(self.graph.inputs) + list(self.graph.outputs):
             buf = doc["buffers"].get(name)
             if buf is not None and name in b.values:
-                buf["dims"] = [b.variable] + list(buf["shape"][1:])
+                per_row = b.values[name]
+                first = b.variable if per_row == 1 else "%s * %d" % (b.variable, per_row)
+                buf["dims"] = [first] + list(buf["shape"][1:])
 
     def _outputs_written(self) -> None:
         """Graph outputs nothing wrote (a constant result, an input passed through) are copied in."""
