@@ -135,8 +135,16 @@ def chunks_for(items: int, work_per_item: int, grain: int = GRAIN) -> int:
     chunks = max(1, min(items, MAX_CHUNKS, (items * max(1, work_per_item)) // grain))
     rows = _RANGED.get()
     if rows > 1 and items % rows == 0:
-        chunks = min(items, -(-chunks // rows) * rows)
+        chunks = rows * _calls_per_row(items // rows, -(-chunks // rows))
     return chunks
+
+
+def _calls_per_row(row_items: int, wanted: int) -> int:
+    """The calls one batch row's ``row_items`` items are shared by: the divisor of ``row_items`` nearest ``wanted``
+    within a factor of two (each call then ends on a row's last item, so a run of fewer rows does no item of the
+    next), else ``wanted`` (a call may straddle two rows: a run does a part of the next row too)."""
+    near = [d for d in range(max(1, wanted // 2), min(row_items, 2 * wanted) + 1) if row_items % d == 0]
+    return min(near, key=lambda d: (abs(d - wanted), -d)) if near else min(wanted, row_items)
 
 
 def share(items: int, work_per_item: int, grain: int = GRAIN) -> Tuple[int, int]:

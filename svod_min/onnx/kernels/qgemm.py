@@ -125,7 +125,8 @@ def int8_gemm(s: GemmShape, a: str, b: str, y: str) -> CKernel:
         extents += [s.m if s.asr else 1, s.sizes[2], 1, 1]
     if s.bias:
         extents += [s.m]
-    return make_kernel("qgemm" if qlinear else "gemmint", body, extents, chunks, flops=2 * batch * s.m * s.n * s.k)
+    flops = 2 * batch * s.m * s.n * s.k
+    return make_kernel("qgemm" if qlinear else "gemmint", body, extents, chunks, flops=flops, rows_first=True)
 
 
 def int8_pack(k: int, n: int, batches: int, b: str) -> CKernel:
@@ -146,7 +147,7 @@ def int8_pack(k: int, n: int, batches: int, b: str) -> CKernel:
         flip_byte=0x80 if b == "uint8" else 0,
     )
     packed, sums = packed_sizes(k, n, batches)
-    return make_kernel("qpack", body, [packed, sums, batches * k * n], chunks)
+    return make_kernel("qpack", body, [packed, sums, batches * k * n], chunks, rows_first=True)
 
 
 def int8_pack_conv(g: ConvGeom, x: str) -> CKernel:
@@ -169,4 +170,4 @@ def int8_pack_conv(g: ConvGeom, x: str) -> CKernel:
         **g.window(),
     )
     packed, sums = packed_sizes(k, n, g.n)
-    return make_kernel("qpackconv", body, [packed, sums, g.n * g.c * g.h * g.w, 1], chunks)
+    return make_kernel("qpackconv", body, [packed, sums, g.n * g.c * g.h * g.w, 1], chunks, rows_first=True)

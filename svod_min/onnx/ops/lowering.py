@@ -91,6 +91,8 @@ class Lowering:
     def __init__(self, graph: Graph, batch: Optional[BatchRows] = None) -> None:
         self.graph = graph
         self.batch = batch
+        # values that carry the batch, and their rows per batch row: the graph's, then temps that follow one
+        self.batched: Dict[str, int] = dict(batch.values) if batch is not None else {}
         self.ops: List[Dict[str, Any]] = []
         self.access: List[List[str]] = []  # value names each op touches
         self.kernels: Dict[str, Dict[str, Any]] = {}
@@ -131,6 +133,13 @@ class Lowering:
             and self.root(name)[0] == name
         )
 
+    def follow_batch(self, temps: Sequence[str], like: str) -> None:
+        """In a ranged build, ``temps`` (a packed copy of ``like``, batch after batch) carry the batch when ``like``
+        does: kernels writing them run only the bound rows' calls."""
+        if like in self.batched:
+            for name in temps:
+                self.batched[name] = self.batched[like]
+
     def subview(self, base: str, byte_offset: int, shape: Sequence[int], dtype: str = "float32") -> str:
         name = self.temp(shape, dtype, "v")
         self.alias[name] = (base, byte_offset)
@@ -164,7 +173,7 @@ class Lowering:
     def _library_batch(self, kernel: str, buffers: Sequence[str], variables: Dict[str, Any]) -> Dict[str, str]:
         """In a ranged build, the library variable that counts the batch's rows, as an expression of the batch."""
         b = self.batch
-        if b is None or buffers[0] not in b.values:
+        if b is None or buffers[0] not in self.batched:
             return {}
         if kernel == "permute":  # its extents e0..e3 are the output's dims, padded with leading 1s
             var = next((k for k in ("e0", "e1", "e2", "e3") if variables.get(k) != 1), "e3")
@@ -172,7 +181,7 @@ class Lowering:
         else:
             var, needs_left = BATCH_LIBRARY_VARS.get(kernel, (BATCH_ELEMENTWISE_VAR, False))
         value = variables.get(var)
-        if type(value) is not int or value % b.hi or (needs_left and buffers[1] not in b.values):
+        if type(value) is not int or value % b.hi or (needs_left and buffers[1] not in self.batched):
             return {}  # the whole largest batch: right for any binding, only slower
         per_row = value // b.hi
         return {var: b.variable if per_row == 1 else "%s * %d" % (b.variable, per_row)}
@@ -210,7 +219,7 @@ class Lowering:
             return {}
         assert "int svod_batch, int core_id" in kernel.source, kernel.name  # rendered inside ranged_batch()
         out: Dict[str, Any] = {} if b.variable == BATCH_ARG else {"vars": {BATCH_ARG: b.variable}}
-        if kernel.rows_first and kernel.chunks > 1 and buffers[0] in b.values:
+        if kernel.rows_first and kernel.chunks > 1 and buffers[0] in self.batched:
             out["global_size"] = ["ceildiv(%s * %d, %d)" % (BATCH_ARG, kernel.chunks, b.hi), 1, 1]
         return out
 

@@ -237,6 +237,7 @@ def _lower_int8_gemm(
     else:
         np_, ns = packed_sizes(k, n, b_batches)
         bp, bsum = L.temp((np_,), "int8", "packed_b"), L.temp((ns,), "int32", "packed_b_sums")
+        L.follow_batch([bp, bsum], b)  # packed one batch after another
         L.source(int8_pack(k, n, b_batches, bdt), [bp, bsum, b], outputs=(0, 1))
     shape = GemmShape(
         m,
@@ -335,6 +336,7 @@ def _lower_conv_gemm(
     k, n = g.c * g.kh * g.kw, g.oh * g.ow
     np_, ns = packed_sizes(k, n, g.n)
     bp, bsum = L.temp((np_,), "int8", "patches"), L.temp((ns,), "int32", "patch_sums")
+    L.follow_batch([bp, bsum], x)  # packed one image after another
     L.source(int8_pack_conv(g, dtypes[0]), [bp, bsum, x, zps[0]], outputs=(0, 1))
     per_row = int(L.value(zps[1]).size != 1)
     scale_rows = int(bool(qlinear) and L.value(qlinear[1]).size != 1)
