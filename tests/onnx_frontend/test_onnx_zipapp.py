@@ -62,3 +62,73 @@ def test_light_model_runs_from_the_zipapp_on_bare_python38(name: str, fast_cases
 def test_big_light_model_runs_from_the_zipapp_on_bare_python38(name: str, pyz: str, tmp_path) -> None:
     case = build_pyz_case(name, str(tmp_path))
     _check(pyz, case, str(tmp_path))
+
+
+def _ranged_cnn() -> Any:
+    """Conv (16 channels: the blocked layout) -> HardSwish -> MaxPool -> GlobalAveragePool -> Flatten -> Gemm ->
+    Softmax, batch symbolic ("N"), seeded random weights."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+    consts = {
+        "w1": (rng.standard_normal((16, 3, 3, 3)) * 0.3).astype(np.float32),
+        "b1": (rng.standard_normal(16) * 0.1).astype(np.float32),
+        "w2": (rng.standard_normal((5, 16)) * 0.3).astype(np.float32),
+        "b2": (rng.standard_normal(5) * 0.1).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("HardSwish", ["c"], ["h"]),
+        helper.make_node("MaxPool", ["h"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("GlobalAveragePool", ["p"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("Gemm", ["f", "w2", "b2"], ["z"], transB=1),
+        helper.make_node("Softmax", ["z"], ["y"], axis=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "ranged",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 20, 20])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 5])],
+        [numpy_helper.from_array(v, n) for n, v in consts.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_ranged_bundle_runs_at_two_batch_sizes_on_bare_python38(pyz: str, tmp_path) -> None:
+    """One bundle built for batch 1..4 (--dim N=1..4) runs from the zipapp at batch 1 and 3, each against
+    onnxruntime on those rows; batch 5 is refused with exit 2 and nothing saved."""
+    import onnx
+    from support.onnx_models import host_target, run_ort
+
+    tmp = str(tmp_path)
+    model = _ranged_cnn()
+    path, bundle = os.path.join(tmp, "cnn.onnx"), os.path.join(tmp, "cnn.svod")
+    onnx.save(model, path)
+    built = subprocess.run(
+        ["python3", "-m", "svod_min", "build", path, "-o", bundle, "--dim", "N=1..4", "--target", host_target()],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    rng = np.random.default_rng(4)
+    for rows in (1, 3, 5):
+        x = rng.uniform(-1, 1, (rows, 3, 20, 20)).astype(np.float32)
+        np.save(os.path.join(tmp, "x.npy"), x)
+        out_dir = os.path.join(tmp, "out%d" % rows)
+        case = {"bundle": bundle, "inputs": {"x": os.path.join(tmp, "x.npy")}, "out_dir": out_dir}
+        proc = _run_bare(pyz, case, tmp)
+        if rows == 5:
+            assert proc.returncode == 2, proc.stdout + proc.stderr
+            assert "N=5" in proc.stderr and "[1, 4]" in proc.stderr, proc.stderr
+            assert not os.path.exists(out_dir)
+            continue
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "binding: N=%d" % rows in proc.stdout
+        got = np.load(os.path.join(out_dir, "y.npy"))
+        want = run_ort(model, {"x": x})[0]
+        assert got.shape == want.shape == (rows, 5)
+        assert max_rel_error(got, want) < 1e-4, max_rel_error(got, want)

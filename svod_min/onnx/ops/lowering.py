@@ -206,10 +206,16 @@ class Lowering:
         if kernel.flags:
             self.kernels[kernel.name]["flags"] = list(kernel.flags)
         if kernel.flops:
-            self.kernels[kernel.name]["flops"] = kernel.flops
+            self.kernels[kernel.name]["flops"] = self._batch_work(kernel.flops, buffers[0])
         self._op(
             dict({"kernel": kernel.name, "buffers": list(buffers)}, **self._source_batch(kernel, buffers)), buffers
         )
+
+    def _batch_work(self, flops: int, written: str) -> Any:
+        """A kernel's work, in a ranged build the bound rows' share of it (profiles rate the run's own work)."""
+        if self.batch is None or written not in self.batched:
+            return flops
+        return "%d * %s // %d" % (flops, BATCH_ARG, self.batch.hi)
 
     def _source_batch(self, kernel: CKernel, buffers: Sequence[str]) -> Dict[str, Any]:
         """In a ranged build, the op's batch binding and, for a kernel whose calls share its first buffer's rows in
