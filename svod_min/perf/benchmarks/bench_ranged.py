@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 from typing import Any, Dict, List, Optional, Sequence
@@ -30,6 +31,7 @@ from svod_min.perf import zoo
 from svod_min.perf.benchmarks.bench_onnx import (
     ORT_CHILD,
     alternating_medians,
+    child_env,
     missing_dependency,
     ort_session,
     run_child,
@@ -39,12 +41,18 @@ from svod_min.perf.benchmarks.bench_onnx import (
 MODELS = ("pplcnet-orientation", "yolov8n-nudenet", "basic-pitch", "smart-turn-int8")
 
 
-def build(onnx_path: str, out: str, input_name: str, dims: Sequence[Any]) -> None:
-    """``svod_min build`` through its Python entry, for this host's target only."""
+def build(onnx_path: str, out: str, input_name: str, dims: Sequence[str]) -> None:
+    """``python -m svod_min build`` for this host's target only (``dims``: ``"1..4"`` ranges one)."""
     from svod_min.compiler.targets import host_target
-    from svod_min.onnx import build_onnx
+    from svod_min.error import BundleError
 
-    build_onnx(onnx_path, out, targets=[host_target()], shapes={input_name: list(dims)}, expect=False)
+    shape = "%s=%s" % (input_name, ",".join(dims))
+    cmd = [sys.executable, "-m", "svod_min", "build", onnx_path, "-o", out, "--target", host_target()]
+    proc = subprocess.run(
+        cmd + ["--shape", shape, "--no-expect"], capture_output=True, text=True, env=child_env(1), timeout=1800
+    )
+    if proc.returncode != 0:
+        raise BundleError("svod_min build %s --shape %s failed: %s" % (os.path.basename(onnx_path), shape, proc.stderr))
 
 
 def relative_error(got: Dict[str, Any], want: List[Any], names: Sequence[str]) -> float:
@@ -64,14 +72,13 @@ def measure_model(name: str, hi: int, sizes: Sequence[int], reps: int, directory
 
     from svod_min import load_model
     from svod_min.devices.cpu.device import CpuDevice
-    from svod_min.onnx.frontend.ranged import DimRange
 
     model = zoo.by_name(name)
     path = zoo.fetch(model)
     ((input_name, dims),) = model.shapes
     rest = list(dims[1:])
     ranged_path = os.path.join(directory, "%s.ranged.svod" % name)
-    build(path, ranged_path, input_name, [DimRange(1, hi)] + rest)
+    build(path, ranged_path, input_name, ["1..%d" % hi] + [str(d) for d in rest])
     ranged = load_model(ranged_path, device=CpuDevice(threads=1))
     session = ort_session(path, 1)
     names = [o.name for o in session.get_outputs()]
@@ -79,7 +86,7 @@ def measure_model(name: str, hi: int, sizes: Sequence[int], reps: int, directory
     rows = []
     for n in sizes:
         fixed_path = os.path.join(directory, "%s.fixed%d.svod" % (name, n))
-        build(path, fixed_path, input_name, [n] + rest)
+        build(path, fixed_path, input_name, [str(d) for d in [n] + rest])
         fixed = load_model(fixed_path, device=CpuDevice(threads=1))
         feed = {input_name: rng.uniform(-1.0, 1.0, [n] + rest).astype(np.float32)}
         error = relative_error(ranged.run(feed), session.run(None, feed), names)
