@@ -118,12 +118,16 @@ def _check(
     sizes: Sequence[int] = SIZES,
     rtol: float = 1e-4,
     reference: Optional[Callable[[Dict[str, np.ndarray]], List[np.ndarray]]] = None,
+    unbatched: Sequence[str] = (),
 ) -> None:
     """The plan ranges ``var`` over LO..HI and every input and output's first dim follows it; each run of ``sizes``
     matches onnxruntime on the same rows (``reference``: how onnxruntime computes the model's outputs, by default
     by running it)."""
     assert doc["vars"][var] == {"min": LO, "max": HI, "default": HI}
     for value in list(model.graph.input) + list(model.graph.output):
+        if value.name in unbatched:
+            assert "dims" not in doc["buffers"][value.name], value.name
+            continue
         first = _first_dim(doc, value.name)
         assert first == var or re.match(r"^%s \* \d+$" % var, str(first)), (value.name, first)
     names = [v.name for v in model.graph.output]
@@ -603,6 +607,20 @@ def test_topk_and_cumsum_on_another_axis_build_ranged(op, tmp_path):
         model = _model([node], [_f("x", 3, 6)], ["y"], {"axis": np.array(1, np.int64)})
     loaded, doc = _build(model, str(tmp_path), op)
     _check(model, loaded, doc)
+
+
+def test_unbatched_input_and_output_beside_batched_ones(tmp_path):
+    """An input of fixed shape [1, 4] broadcast over the batch, and an output computed from it alone: no dims, fed and
+    returned whole at every binding."""
+    nodes = [helper.make_node("Add", ["x", "z"], ["y"]), helper.make_node("Mul", ["z", "z"], ["zz"])]
+    model = _model(nodes, [_f("x", 4), ("z", [1, 4], TensorProto.FLOAT)], ["y", "zz"])
+    loaded, doc = _build(model, str(tmp_path), "unbatched")
+    _check(model, loaded, doc, unbatched=("z", "zz"))
+
+
+def test_pins_and_a_range_are_refused(tmp_path):
+    model = _model([helper.make_node("Add", ["x", "z"], ["y"])], [_f("x", 4), ("z", [1, 4], TensorProto.FLOAT)], ["y"])
+    _refused(model, str(tmp_path), r"--pin and a ranged dim", pins={"z": np.zeros((1, 4), np.float32)})
 
 
 def test_lstm_layout_1_runs_every_batch(tmp_path):
