@@ -57,7 +57,11 @@ def batched_values(a: Graph, b: Graph, n_a: int, n_b: int) -> Dict[str, int]:
         if vb is None or vb.dtype != va.dtype:
             raise _refusal("value %r is not the same at batch %d and %d" % (name, n_a, n_b))
         if va.const is not None or vb.const is not None:
-            _same_constant(name, va.const, vb.const, consumers.get(name, []), n_a, n_b)
+            per_row = _batched_constant(va.const, vb.const, n_a, n_b)
+            if per_row:
+                batched[name] = per_row
+            else:
+                _same_constant(name, va.const, vb.const, consumers.get(name, []), n_a, n_b)
         elif va.shape != vb.shape:
             per_row = _rows_per_batch_row(va.shape, vb.shape, n_a, n_b)
             if not per_row:
@@ -76,6 +80,15 @@ def _same_nodes(a: Graph, b: Graph) -> None:
         raise _refusal("the model's graph is not the same at two batch sizes (its shape logic depends on the batch)")
     if a.inputs != b.inputs or a.outputs != b.outputs:
         raise _refusal("the model's inputs or outputs are not the same at two batch sizes")
+
+
+def _batched_constant(ca: Optional[np.ndarray], cb: Optional[np.ndarray], n_a: int, n_b: int) -> int:
+    """Rows per batch row of a constant the batch sized (an Expand or Tile of a constant to the batch, folded): its
+    rows at the smaller size are the first rows at the larger, so a prefix is right at any binding. 0 otherwise."""
+    if ca is None or cb is None or ca.shape == cb.shape:
+        return 0
+    per_row = _rows_per_batch_row(ca.shape, cb.shape, n_a, n_b)
+    return per_row if per_row and np.array_equal(ca[: cb.shape[0]], cb, equal_nan=True) else 0
 
 
 def _same_constant(
@@ -209,6 +222,19 @@ def _slice(g: Graph, node: Node, batched: FrozenSet[str]) -> Optional[str]:
     return None
 
 
+def _topk(g: Graph, node: Node, batched: FrozenSet[str]) -> Optional[str]:
+    if len(node.inputs) > 1 and node.inputs[1] in batched:
+        return "its k follows the batch"
+    return _not_batch_axis(lambda g, n: -1)(g, node, batched)
+
+
+def _cumsum(g: Graph, node: Node, batched: FrozenSet[str]) -> Optional[str]:
+    if not g.is_const(node.inputs[1]):
+        return "its axis is computed at run time"
+    axis = int(g.const(node.inputs[1]).ravel()[0])
+    return "it sums along axis 0, the batch" if axis % _rank(g, node.inputs[0]) == 0 else None
+
+
 def _recurrent(g: Graph, node: Node, batched: FrozenSet[str]) -> Optional[str]:
     return None if node.attrs.get("layout", 0) == 1 else "with layout 0 the batch is its second axis"
 
@@ -248,6 +274,8 @@ RULES: Dict[str, Rule] = {
     "Gather": _both(_not_batch_axis(lambda g, n: 0), _only_first_batched),
     "GatherElements": _both(_not_batch_axis(lambda g, n: 0), _only_first_batched),
     "LayerNormalization": _layer_norm,
+    "TopK": _topk,
+    "CumSum": _cumsum,
     "BatchNormalization": _batch_norm,
     "MatMul": _matmul,
     "MatMulInteger": _matmul,

@@ -9,7 +9,7 @@ value; at run time a binding below it runs the same kernels on a prefix of each 
 
 from __future__ import annotations
 
-import re
+import keyword
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -17,7 +17,15 @@ from ...error import UnsupportedModelError
 
 #: The plan variable a ranged dim becomes when its name is not an identifier the plan can use.
 DEFAULT_VARIABLE = "batch"
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: Names a plan variable may not take: the plan's own thread variables and the size language's functions.
+RESERVED = frozenset({"core_id", "core_id_count", "min", "max", "ceildiv"})
+
+
+def plan_variable(name: str) -> str:
+    """The plan variable a ranged ``--dim NAME`` becomes: NAME where the size language can name it (an identifier,
+    not a Python keyword such as ``None`` or ``if``, not a reserved name), else ``batch``."""
+    usable = name.isidentifier() and name.isascii() and not keyword.iskeyword(name) and name not in RESERVED
+    return name if usable else DEFAULT_VARIABLE
 
 
 @dataclass(frozen=True)
@@ -69,7 +77,7 @@ def batch_range(dims: Mapping[str, Dim], shapes: Mapping[str, Sequence[Dim]]) ->
     found: List[Tuple[str, DimRange]] = []
     for name, dim in dims.items():
         if isinstance(dim, DimRange):
-            found.append((name if _IDENTIFIER.match(name) else DEFAULT_VARIABLE, dim))
+            found.append((plan_variable(name), dim))
     for name, shape in shapes.items():
         for axis, dim in enumerate(shape):
             if not isinstance(dim, DimRange):
@@ -105,4 +113,14 @@ def at_size(
     return {n: fix(d) for n, d in dims.items()}, {n: [fix(d) for d in s] for n, s in shapes.items()}
 
 
-__all__ = ["DEFAULT_VARIABLE", "BatchRange", "Dim", "DimRange", "at_size", "batch_range", "parse_dim"]
+__all__ = [
+    "DEFAULT_VARIABLE",
+    "RESERVED",
+    "BatchRange",
+    "Dim",
+    "DimRange",
+    "at_size",
+    "batch_range",
+    "parse_dim",
+    "plan_variable",
+]
