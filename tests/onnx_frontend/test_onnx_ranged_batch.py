@@ -591,12 +591,6 @@ def test_expand_of_a_constant_to_a_shape_from_shape_builds_ranged(tmp_path):
     _check(model, loaded, doc)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=UnsupportedModelError,
-    reason="docs/onnx.md (Ranged batch, What runs) says TopK and CumSum run the whole largest batch today, but "
-    "frontend/batch_rows.py has no rule for them: refused as 'this release does not know it keeps batch rows apart'",
-)
 @pytest.mark.parametrize("op", ["TopK", "CumSum"])
 def test_topk_and_cumsum_on_another_axis_build_ranged(op, tmp_path):
     if op == "TopK":

@@ -159,10 +159,13 @@ def _axis(node: Node, rank: int, default: int) -> int:
     return axis + rank if axis < 0 else axis
 
 
-def _not_batch_axis(default: Callable[[Graph, Node], int]) -> Rule:
-    """An op over one axis (its ``axis`` attribute): the batch's axis 0 must not be it."""
+def _not_batch_axis(default: Callable[[Graph, Node], int], first_only: bool = True) -> Rule:
+    """An op over one axis (its ``axis`` attribute): the batch's axis 0 must not be it. ``first_only``: the axis is
+    the first input's (a Gather's table: an unbatched table may be read along axis 0), else every input's."""
 
     def rule(g: Graph, node: Node, batched: FrozenSet[str]) -> Optional[str]:
+        if first_only and node.inputs[0] not in batched:
+            return None
         axis = _axis(node, _rank(g, node.inputs[0]), default(g, node))
         return "it works along axis 0, the batch" if axis == 0 else None
 
@@ -248,7 +251,9 @@ def _batch_norm(g: Graph, node: Node, batched: FrozenSet[str]) -> Optional[str]:
 
 
 def _only_first_batched(g: Graph, node: Node, batched: FrozenSet[str]) -> Optional[str]:
-    return "an input other than its first follows the batch" if any(v in batched for v in node.inputs[1:]) else None
+    """Inputs after the first (indices, scales, statistics) must not follow the batch."""
+    later = [v for v in node.inputs[1:] if v in batched]
+    return "its input %r follows the batch (only its first may)" % later[0] if later else None
 
 
 def _both(*rules: Rule) -> Rule:
@@ -266,13 +271,13 @@ RULES: Dict[str, Rule] = {
     "Softmax": _not_batch_axis(_softmax_default),
     "LogSoftmax": _not_batch_axis(_softmax_default),
     "Hardmax": _not_batch_axis(_softmax_default),
-    "Concat": _not_batch_axis(lambda g, n: 0),
+    "Concat": _not_batch_axis(lambda g, n: 0, first_only=False),
     "Split": _not_batch_axis(lambda g, n: 0),
     "ArgMax": _not_batch_axis(lambda g, n: 0),
     "ArgMin": _not_batch_axis(lambda g, n: 0),
     "LpNormalization": _not_batch_axis(lambda g, n: -1),
-    "Gather": _both(_not_batch_axis(lambda g, n: 0), _only_first_batched),
-    "GatherElements": _both(_not_batch_axis(lambda g, n: 0), _only_first_batched),
+    "Gather": _both(_only_first_batched, _not_batch_axis(lambda g, n: 0)),
+    "GatherElements": _both(_only_first_batched, _not_batch_axis(lambda g, n: 0)),
     "LayerNormalization": _layer_norm,
     "TopK": _topk,
     "CumSum": _cumsum,
