@@ -865,3 +865,26 @@ def test_cli_builds_a_ranged_shape_and_refuses_a_ranged_inner_dim(tmp_path):
     assert proc.returncode == 2, (proc.returncode, proc.stderr)
     assert "dim 1 is ranged" in proc.stderr and "leading (batch) dim only" in proc.stderr
     assert not os.path.exists(bad)
+
+
+def test_batch_runner_feeds_a_ranged_onnx_bundle_each_run_its_rows(tmp_path):
+    """The Ray/Dask bridges' runner (interop.batches) over an ONNX bundle built for 1..5: 1, 5, 7 and 13 rows, cut
+    into runs of at most 5, each run bound to its rows (never padded), every row equal to onnxruntime's."""
+    from svod_min.interop.batches import load_runner
+
+    model = _conv()
+    path, bundle = str(tmp_path / "conv.onnx"), str(tmp_path / "conv.svod")
+    onnx.save(model, path)
+    build_onnx(path, bundle, targets=[host_target()], expect=False, dims={VAR: DimRange(LO, HI)})
+    runner = load_runner(bundle)
+    assert runner.layout.variable == VAR and runner.layout.rows == HI
+    seen: List[int] = []
+    plain = runner.model.run
+    runner.model.run = lambda feed, variables=None: seen.append(len(feed["x"])) or plain(feed, variables)  # type: ignore[method-assign]
+    for n in (1, HI, 7, 13):
+        feeds = _feeds(model, n, seed=n)
+        got = runner.run(feeds)
+        for out, want in zip(model.graph.output, run_ort(model, feeds)):
+            assert got[out.name].shape == want.shape, out.name
+            assert max_rel_error(got[out.name], want) < 1e-3, (out.name, n)
+    assert seen == [1, HI, HI, 2, HI, HI, 3], seen
