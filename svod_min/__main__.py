@@ -15,16 +15,20 @@ import argparse
 import json
 import math
 import os
-import statistics
 import sys
 import time
-import traceback
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 if TYPE_CHECKING:
     from .planfile.load import LoadedPlan
 
 from .error import EXIT_BAD_INPUT, EXIT_DEVICE, EXIT_OK, EXIT_VERIFY, CompilationError, PlanError, SvodError
+
+
+def _print_traceback() -> None:
+    import traceback  # here: only --debug's error path prints one, so a start does not import it
+
+    traceback.print_exc()
 
 
 def exit_code_for(exc: BaseException) -> int:
@@ -46,11 +50,12 @@ def _parse_vars(items: List[str]) -> Dict[str, int]:
 
 
 def _load(args: argparse.Namespace, var_values: Dict[str, int]) -> "LoadedPlan":
-    from .planfile.default_plan import BATCH, default_plan_document
     from .planfile.load import load_plan
     from .planfile.memory_budget import run_memory
 
     if args.plan is None:
+        from .planfile.default_plan import BATCH, default_plan_document  # here: a bundle's run needs neither
+
         doc = default_plan_document(rows=var_values.get("rows", BATCH))
         return load_plan(doc, device=args.device, var_values=var_values, **run_memory(args.max_memory, args.input))
     return load_plan(
@@ -71,6 +76,14 @@ def _timed_runs(plan: Any, repeat: int, run: Any = None) -> List[float]:
         plan.synchronize()  # a GPU plan returns once its work is queued
         times.append(time.perf_counter() - start)
     return times
+
+
+def _median(times: List[float]) -> float:
+    if len(times) == 1:  # a cold start (--once) times one run: it need not import statistics
+        return times[0]
+    import statistics
+
+    return statistics.median(times)
 
 
 def _save_outputs(loaded: "LoadedPlan", directory: str) -> List[str]:
@@ -147,7 +160,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         "verify": [
             {"buffer": b, "ok": ok, "max_abs_error": err if math.isfinite(err) else None} for b, ok, err in checks
         ],
-        "time_s": {"min": min(times), "median": statistics.median(times), "runs": len(times)},
+        "time_s": {"min": min(times), "median": _median(times), "runs": len(times)},
         "profile": [p.to_dict() for p in profiles],
         "saved": saved,
         "inputs_replaced": replaced,
@@ -737,12 +750,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         return int(args.func(args))
     except SvodError as exc:
         if args.debug:
-            traceback.print_exc()
+            _print_traceback()
         print("error: %s" % one_line(exc), file=sys.stderr)
         return exit_code_for(exc)
     except Exception as exc:  # a bug of ours: still one line and a documented code
         if args.debug:
-            traceback.print_exc()
+            _print_traceback()
         print(
             "error: internal error %s: %s (rerun with --debug and report it)" % (type(exc).__name__, exc),
             file=sys.stderr,

@@ -22,7 +22,6 @@ import json
 import os
 import posixpath
 import struct
-import tempfile
 import zipfile
 import zlib
 from dataclasses import dataclass, field
@@ -207,6 +206,8 @@ def write_fixed_zip(
     same members), after ``prefix`` (a zipapp's ``#!`` line); atomically. Returns the size written.
     Stored rather than deflated: the members ``store`` names, and ``.npy`` arrays over :data:`STORE_ABOVE`
     bytes or that deflate would shrink by less than :data:`MIN_DEFLATE_SAVING`."""
+    import tempfile  # here: a load only reads bundles, and tempfile brings random with it
+
     directory = os.path.dirname(os.path.abspath(out_path))
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".svod-", suffix=".tmp")
     try:
