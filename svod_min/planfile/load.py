@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ..cache.kernel_cache import CachedKernel
 from ..devices.registry import DEVICE_FACTORIES
@@ -376,6 +376,29 @@ def load_model(source: Any, *, device: Any = None, trusted_keys: TrustedKeys = N
     )
 
 
+class _CheckedAtLoad:
+    """An op's library argument check, run by the loader so that a failure names the op. The plan binds every
+    op once as it is built, with the same variables and buffers: that first bind is the check just done, so it
+    is not run twice; every later bind checks again."""
+
+    __slots__ = ("check", "pending")
+
+    def __init__(self, check: Callable[[Mapping[str, int], Sequence[Any]], None], env: Dict[str, int], bufs: List[Any]):
+        check(env, bufs)
+        self.check = check
+        self.pending: Optional[Tuple[Dict[str, int], List[Any]]] = (env, bufs)
+
+    def __call__(self, env: Mapping[str, int], bufs: Sequence[Any]) -> None:
+        pending, self.pending = self.pending, None
+        if pending is not None and pending[0] == env and _same_objects(pending[1], bufs):
+            return
+        self.check(env, bufs)
+
+
+def _same_objects(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+
+
 class _PlanReader:
     """One document -> one plan: device, variables, buffers, kernels, ops, expectations, in that order."""
 
@@ -598,8 +621,9 @@ class _PlanReader:
         vals, fixed, runtime, exprs = self._bind_vars(kernel, bindings, path + ".vars", meta.get("f32", ()))
         try:
             env = dict(zip(kernel.var_names, vals))
-            if meta.get("arg_check") is not None:  # now, to name the op; the plan re-checks at every bind
-                meta["arg_check"](env, [self.buffers[n] for n in names])
+            arg_check = meta.get("arg_check")
+            if arg_check is not None:  # now, to name the op; the plan re-checks at every later bind
+                arg_check = _CheckedAtLoad(arg_check, env, [self.buffers[n] for n in names])
             for work in ("flops", "bytes"):  # a profile must not be the first to find a division by zero
                 if isinstance(meta.get(work), str):
                     compile_expr(meta[work])(env)
@@ -616,7 +640,7 @@ class _PlanReader:
                 flops=meta["flops"],
                 bytes_moved=meta["bytes"],
                 var_exprs=exprs,
-                arg_check=meta.get("arg_check"),
+                arg_check=arg_check,
             )
         except SvodError as exc:
             raise PlanFileError(path, str(exc)) from None
