@@ -6,9 +6,10 @@ Plain dataclasses: :mod:`svod_min.plan.validation` checks them, :mod:`svod_min.p
 from __future__ import annotations
 
 import copy
+import functools
 import numbers
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Union
 
 from ..cache.kernel_cache import CachedKernel
 from ..error import ExecutionError, NotSupportedError, PlanError
@@ -183,7 +184,7 @@ _FIELD_TYPES = {  # field -> (accepted types, what to call them): checked before
 
 def check_fields(where: str, op: PreparedOp) -> None:
     """Malformed fields are PlanErrors naming them (not TypeErrors or IndexErrors from deep in build)."""
-    present = {f.name for f in fields(op)}
+    present = _field_names(type(op))
     for name, (types, what) in _FIELD_TYPES.items():
         value = getattr(op, name) if name in present else types
         if value is not types and not isinstance(value, types):
@@ -199,6 +200,12 @@ def check_fields(where: str, op: PreparedOp) -> None:
             raise PlanError("%s: fixedvars must map names to ints, got %r: %r" % (where, name, value))
     if isinstance(op, PreparedBufferView) and not all(type(v) is int for v in (op.byte_offset, op.byte_size)):
         raise PlanError("%s: view byte_offset and byte_size must be ints" % where)
+
+
+@functools.lru_cache(maxsize=None)
+def _field_names(cls: type) -> FrozenSet[str]:
+    # per class, not per op: a plan checks every one of its (hundreds of) ops as it is built
+    return frozenset(f.name for f in fields(cls))
 
 
 def runtime_vars_of(op: PreparedOp) -> Sequence[RuntimeVar]:
