@@ -101,3 +101,37 @@ def test_float64_reductions_and_exp_log_match_onnxruntime(tmp_path, op):
     for name, value in zip(["l", "y"], want):
         assert got[name].dtype == np.float64 and got[name].shape == value.shape
         np.testing.assert_allclose(got[name], value, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_min_and_max_along_a_long_contiguous_axis_keep_nan_and_infinities(tmp_path, dtype):
+    """ReduceMin (and ReduceMax in float64) along a contiguous axis of 16-lane running results (reduce.c.j2): rows of
+    203 elements (not a multiple of 16) with a NaN in a lane's middle, in the tail, none, infinities, all one value;
+    against numpy, whose min and max propagate NaN."""
+    rng = np.random.default_rng(11)
+    x = rng.uniform(-50, 50, (6, 203)).astype(dtype)
+    x[0, 37] = np.nan  # inside the lanes
+    x[1, 202] = np.nan  # in the tail past the last 16
+    x[2, 5], x[2, 100] = -np.inf, np.inf
+    x[3, :] = 2.5
+    x[4, 150] = -1e30 if dtype == "float64" else -3e38
+    nodes = [
+        helper.make_node("ReduceMin", ["x"], ["lo"], axes=[1], keepdims=0),
+        helper.make_node("ReduceMax", ["x"], ["hi"], axes=[-1], keepdims=1),
+    ]
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    graph = helper.make_graph(
+        nodes,
+        "t",
+        [helper.make_tensor_value_info("x", elem, [6, 203])],
+        [helper.make_tensor_value_info("lo", elem, [6]), helper.make_tensor_value_info("hi", elem, [6, 1])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path, bundle = str(tmp_path / "m.onnx"), str(tmp_path / "m.svod")
+    onnx.save(model, path)
+    build_onnx(path, bundle, targets=[host_target()], expect=False)
+    got = load_model(bundle)(x=x)
+    np.testing.assert_array_equal(got["lo"], np.min(x, axis=1))
+    np.testing.assert_array_equal(got["hi"], np.max(x, axis=1, keepdims=True))
+    assert np.isnan(got["lo"][0]) and np.isnan(got["lo"][1]) and got["lo"][2] == -np.inf

@@ -9,6 +9,8 @@ from .ckernel import CKernel, make_kernel, render, share
 #: The reductions reduce_axis computes (the template's kinds); sum, mean and max for float64 (the library's: float32);
 #: any and all: ReduceMax and ReduceMin of bool.
 KINDS = ("min", "prod", "sumsquare", "l1", "l2", "logsum", "sum", "mean", "max", "any", "all")
+#: Running results a min or max along a contiguous axis keeps side by side (one AVX-512 vector of float32).
+MINMAX_LANES = 16
 
 
 def reduce_axis(outer: int, red: int, inner: int, kind: str, dtype: str = "float32") -> CKernel:
@@ -26,6 +28,7 @@ def reduce_axis(outer: int, red: int, inner: int, kind: str, dtype: str = "float
         items=items,
         red=red,
         inner=inner,
+        LANES=MINMAX_LANES,
     )
     return make_kernel("reduce", body, [items, outer * red * inner], chunks, rows_first=True)
 
