@@ -381,8 +381,10 @@ def read_object_list(value: Any, path: str) -> List[Dict[str, str]]:
         o = as_object(o, where)
         known_keys(o, {"target", "file", "sha256"}, where)
         target, rel = (as_text(o.get(key), "%s.%s" % (where, key)) for key in ("target", "file"))
-        need(TARGET_NAME.match(target) is not None, where + ".target", "%r is not a target name" % target)
-        need(all(t["target"] != target for t in out), where + ".target", "a second object for target %s" % target)
+        if TARGET_NAME.match(target) is None:  # each message is made only on failure: a plan has hundreds
+            raise PlanFileError(where + ".target", "%r is not a target name" % target)
+        if any(t["target"] == target for t in out):
+            raise PlanFileError(where + ".target", "a second object for target %s" % target)
         digest = as_sha256(o.get("sha256"), where + ".sha256")
         out.append({"target": target, "file": rel, "sha256": digest})
     need(bool(out), path, "lists no object")

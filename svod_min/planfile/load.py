@@ -541,11 +541,14 @@ class _PlanReader:
     def _op(self, i: int, op: Dict[str, Any]) -> Any:
         path = "ops[%d]" % i
         kinds = [k for k in ("kernel", "copy", "view", "custom") if k in op]
-        need(len(kinds) == 1, path, "an op has exactly one of kernel, copy, view, custom (got %s)" % (kinds or "none"))
+        if len(kinds) != 1:
+            raise PlanFileError(
+                path, "an op has exactly one of kernel, copy, view, custom (got %s)" % (kinds or "none")
+            )
         op_id = as_int(op.get("id", i), path + ".id", 0)
-        deps = [
-            as_int(d, "%s.deps[%d]" % (path, j), 0) for j, d in enumerate(as_list(op.get("deps", []), path + ".deps"))
-        ]
+        deps = as_list(op.get("deps", []), path + ".deps")
+        if not all(type(d) is int and d >= 0 for d in deps):  # the paths only for the message
+            deps = [as_int(d, "%s.deps[%d]" % (path, j), 0) for j, d in enumerate(deps)]
         kind = kinds[0]
         if kind == "kernel":
             return self._kernel_op(op, op_id, deps, path)
@@ -577,30 +580,35 @@ class _PlanReader:
             path + ".custom",
             "custom function %r is not registered (registered: %s)" % (custom, registered),
         )
-        bufs = [
-            self._buf(b, "%s.buffers[%d]" % (path, j))
-            for j, b in enumerate(as_list(op.get("buffers", []), path + ".buffers"))
-        ]
+        bufs = self._bufs(as_list(op.get("buffers", []), path + ".buffers"), path + ".buffers")
         attrs = as_object(op.get("attrs", {}), path + ".attrs")
         return PreparedCustomFunction(op_id, custom, bufs, attrs, {}, deps)
 
     def _buf(self, name: Any, path: str) -> int:
         name = as_text(name, path)
-        need(name in self.buffer_index, path, "unknown buffer %r" % name)
+        if name not in self.buffer_index:
+            raise PlanFileError(path, "unknown buffer %r" % name)
         return self.buffer_index[name]
+
+    def _bufs(self, names: List[Any], path: str) -> List[int]:
+        """Buffer indices of an op's ``buffers`` list (``path``); each entry's path is made only for an error."""
+        index = self.buffer_index
+        if all(type(b) is str and b != "" and b in index for b in names):  # as _buf takes them
+            return [index[b] for b in names]
+        return [self._buf(b, "%s[%d]" % (path, j)) for j, b in enumerate(names)]
 
     def _kernel_op(self, op: Dict[str, Any], op_id: int, deps: List[int], path: str) -> PreparedKernel:
         known_keys(op, {"kernel", "buffers", "vars", "global_size", "id", "deps"}, path)
         name = as_text(op["kernel"], path + ".kernel")
-        need(name in self.kernels, path + ".kernel", "unknown kernel %r (declared: %s)" % (name, sorted(self.kernels)))
+        if name not in self.kernels:
+            raise PlanFileError(path + ".kernel", "unknown kernel %r (declared: %s)" % (name, sorted(self.kernels)))
         kernel, meta = self.kernels[name]
         names = as_list(op.get("buffers"), path + ".buffers")
-        need(
-            len(names) == len(kernel.globals),
-            path + ".buffers",
-            "kernel %s takes %d buffers, got %d" % (name, len(kernel.globals), len(names)),
-        )
-        bufs = [self._buf(b, "%s.buffers[%d]" % (path, j)) for j, b in enumerate(names)]
+        if len(names) != len(kernel.globals):
+            raise PlanFileError(
+                path + ".buffers", "kernel %s takes %d buffers, got %d" % (name, len(kernel.globals), len(names))
+            )
+        bufs = self._bufs(names, path + ".buffers")
         gpu = kernel.program.grid_in_blocks
         if "global_size" in op:
             gsize = global_size_exprs(op["global_size"], path + ".global_size")
@@ -649,11 +657,10 @@ class _PlanReader:
         self, kernel: CachedKernel, bindings: Dict[str, Any], path: str, f32: Iterable[str] = ()
     ) -> Tuple[List[int], Dict[str, int], List[RuntimeVar], Dict[str, str]]:
         extra = sorted(set(bindings) - set(kernel.var_names))
-        need(
-            not extra,
-            path,
-            "kernel %s has no variable(s) %s (it takes %s)" % (kernel.entry_point, extra, kernel.var_names),
-        )
+        if extra:
+            raise PlanFileError(
+                path, "kernel %s has no variable(s) %s (it takes %s)" % (kernel.entry_point, extra, kernel.var_names)
+            )
         vals, fixed, runtime, exprs = [], {}, [], {}
         for name in kernel.var_names:
             if name == "core_id":
@@ -665,7 +672,8 @@ class _PlanReader:
                 vals.append(bits)
                 fixed[name] = bits
             elif type(bound) is int:
-                as_int(bound, "%s.%s" % (path, name), -(1 << 31), (1 << 31) - 1)
+                if not -(1 << 31) <= bound <= (1 << 31) - 1:  # the path only for the message
+                    as_int(bound, "%s.%s" % (path, name), -(1 << 31), (1 << 31) - 1)
                 vals.append(bound)
                 fixed[name] = bound
             elif bound == name and name in self.variables:
@@ -691,9 +699,10 @@ class _PlanReader:
         except PlanError as exc:
             raise PlanFileError(path, str(exc)) from None
         unknown = sorted(expr.names - set(self.variables))
-        need(
-            not unknown, path, "expression %r uses %s, not plan variables %s" % (text, unknown, sorted(self.variables))
-        )
+        if unknown:
+            raise PlanFileError(
+                path, "expression %r uses %s, not plan variables %s" % (text, unknown, sorted(self.variables))
+            )
         try:
             value = expr(self.values)
         except PlanError as exc:
