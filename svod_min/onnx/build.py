@@ -18,7 +18,7 @@ import numpy as np
 from ..error import UnsupportedModelError
 from ..planfile.bundle_build import BuildReport, PlanTuner, build_bundle_from_document
 from ..planfile.memory_budget import build_warning, check_build_values, recording_refusal
-from .frontend.batch_rows import batched_values
+from .frontend.batch_rows import BatchRows, batched_values
 from .frontend.half import compute_halves_in_float, with_halves
 from .frontend.ir import Graph
 from .frontend.layout import block_channels
@@ -61,7 +61,7 @@ from .ops import (  # noqa: F401 - they fill the op table
     tensor_scatter,
     topk,
 )
-from .ops.lowering import BatchRows, Lowering, PlanParts, npy_bytes
+from .ops.lowering import Lowering, PlanParts, npy_bytes
 from .ops.pinned import check_pins
 
 #: Tolerance recorded with the expected outputs (onnxruntime's float32 sums run in another order): an element may

@@ -12,6 +12,7 @@ suggesting a fixed ``--shape``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence
 
 import numpy as np
@@ -40,6 +41,18 @@ SHAPE_INPUTS = frozenset({("Reshape", 1), ("Expand", 1), ("Tile", 1), ("Resize",
 
 #: A start this far below zero clamps to the first row at any batch size.
 INT32_LIMIT = 1 << 31
+
+
+@dataclass(frozen=True)
+class BatchRows:
+    """A ranged build's batch: the plan variable, its range, and the graph's values that carry it in their first
+    dim with their rows per batch row (:func:`batched_values`). The plan is lowered at ``hi``."""
+
+    variable: str
+    lo: int
+    hi: int
+    values: Mapping[str, int]
+
 
 Rule = Callable[[Graph, Node, FrozenSet[str]], Optional[str]]
 
@@ -300,4 +313,4 @@ RULES: Dict[str, Rule] = {
 }
 
 
-__all__ = ["REGROUPING", "RULES", "ROWWISE", "SHAPE_INPUTS", "batched_values"]
+__all__ = ["BatchRows", "REGROUPING", "RULES", "ROWWISE", "SHAPE_INPUTS", "batched_values"]

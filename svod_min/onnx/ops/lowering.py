@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ...error import UnsupportedModelError
 from ...planfile.status import SLOT_WORDS
+from ..frontend.batch_rows import BatchRows
 from ..frontend.ir import Graph, Value
 from ..kernels.ckernel import CKernel
 
@@ -52,17 +53,6 @@ BATCH_LIBRARY_VARS = {
 }
 #: Library elementwise kernels: ``n`` counts every element, the batch's rows included.
 BATCH_ELEMENTWISE_VAR = "n"
-
-
-@dataclass(frozen=True)
-class BatchRows:
-    """A ranged build's batch: the plan variable, its range, and the graph's values that carry it in their first
-    dim with their rows per batch row (:mod:`svod_min.onnx.frontend.batch_rows`). The plan is lowered at ``hi``."""
-
-    variable: str
-    lo: int
-    hi: int
-    values: Mapping[str, int]
 
 
 @dataclass
