@@ -78,6 +78,12 @@ def _timed_runs(plan: Any, repeat: int, run: Any = None) -> List[float]:
     return times
 
 
+def _table(profiles: List[Any]) -> str:
+    from .profiler import profile_table  # here: a cold start (--once) profiles nothing
+
+    return profile_table(profiles)
+
+
 def _median(times: List[float]) -> float:
     if len(times) == 1:  # a cold start (--once) times one run: it need not import statistics
         return times[0]
@@ -126,7 +132,6 @@ def _writing(path: str, option: str, write: Any) -> Any:
 def _cmd_run(args: argparse.Namespace) -> int:
     from .planfile.binding import binding_line
     from .planfile.feeds import replace_inputs
-    from .profiler import profile_table, write_chrome_trace
 
     if args.repeat < 1:
         raise PlanError("--repeat must be >= 1, got %d" % args.repeat)
@@ -148,6 +153,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     profiles = [] if args.once else plan.execute_profiled()
     times = first if args.once else _timed_runs(plan, args.repeat)
     if args.trace:
+        from .profiler import write_chrome_trace
+
         _writing(args.trace, "--trace", lambda: write_chrome_trace(profiles, args.trace))
     report = {
         "plan": args.plan or "<default MLP>",
@@ -171,7 +178,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report, indent=1, allow_nan=False))
     else:
-        _print_report(report, profile_table(profiles) if profiles and (args.profile or args.plan is None) else None)
+        _print_report(report, _table(profiles) if profiles and (args.profile or args.plan is None) else None)
     failed = [c["buffer"] for c in report["verify"] if not c["ok"]]
     if failed:
         print("verification failed: %s" % ", ".join(failed), file=sys.stderr)

@@ -21,7 +21,7 @@ import contextlib
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ..cache.kernel_cache import CachedKernel
 from ..config import env_flag
@@ -30,7 +30,6 @@ from ..devices.transfer import copy_buffer, copy_storage, host_views, storage_si
 from ..error import BufferAllocationError, ExecutionError, PlanError, PlanPoisonedError, SvodError
 from ..expr import compile_expr
 from ..ordering import kahn_levels
-from ..profiler import KernelProfile
 from .binding import PARALLEL_MIN_FLOPS, NoWork, bind_kernel, op_env
 from .grain import GrainSplit
 from .native_replay import NativeEntry, pack_segments
@@ -49,6 +48,9 @@ from .ops import (
 from .schedule import graph_segments, hazard_groups, kernel_programs
 from .validation import check_buffer, check_op, check_outputs, resolve_dependencies
 from .variables import check_var_values, custom_vars, kernel_vals, plan_runtime_vars
+
+if TYPE_CHECKING:
+    from ..profiler import KernelProfile
 
 _REENTERED = "plan is already running on this thread (called again from one of its own ops)"
 
@@ -469,6 +471,8 @@ class ExecutionPlan:
             name, kind = "view", "view"
         else:
             name, kind = "custom:%s" % op.kind, "custom"
+        from ..profiler import KernelProfile  # here: a plan that is never profiled does not import it
+
         return KernelProfile(
             name=name,
             device=str(self._device.spec),

@@ -43,6 +43,10 @@ NOT_AT_LOAD = (
     "ctypes.util",
     "statistics",
     "difflib",
+    "svod_min.profiler",
+    "traceback",
+    "tempfile",
+    "random",
 ) + (("glob",) if sys.version_info < (3, 13) else ())  # 3.13's zipfile imports glob itself
 
 CHILD = r"""
