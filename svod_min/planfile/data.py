@@ -75,11 +75,11 @@ class PlanData:
                 as_int(d, "%s.shape[%d]" % (path, i), 0, 1 << 40)
         shape = tuple(dims)
         count = product(shape)
-        need(
-            count * dt.itemsize <= MAX_BUFFER_BYTES,
-            path + ".shape",
-            "buffer of %d bytes exceeds the %d-byte limit" % (count * dt.itemsize, MAX_BUFFER_BYTES),
-        )
+        if count * dt.itemsize > MAX_BUFFER_BYTES:  # each message is made only on failure: a plan has hundreds
+            raise PlanFileError(
+                path + ".shape",
+                "buffer of %d bytes exceeds the %d-byte limit" % (count * dt.itemsize, MAX_BUFFER_BYTES),
+            )
         return dt, shape, count
 
     def allocate(self, b: Dict[str, Any], path: str) -> Any:
@@ -102,17 +102,15 @@ class PlanData:
     def view(self, name: str, b: Dict[str, Any], path: str, buffers: Mapping[str, Any]) -> Any:
         """A ``view_of`` declaration: a window of an earlier buffer in ``buffers``."""
         base_name = as_text(b["view_of"], path + ".view_of")
-        need(
-            base_name in buffers, path + ".view_of", "unknown buffer %r (views must come after their base)" % base_name
-        )
+        if base_name not in buffers:
+            raise PlanFileError(path + ".view_of", "unknown buffer %r (views must come after their base)" % base_name)
         dt, shape, count = self.shape(b, path)
         offset = as_int(b.get("offset", 0), path + ".offset", 0)
         base = buffers[base_name]
-        need(
-            offset + count * dt.itemsize <= base.nbytes,
-            path,
-            "view [%d, +%d) is outside %r (%d bytes)" % (offset, count * dt.itemsize, base_name, base.nbytes),
-        )
+        if offset + count * dt.itemsize > base.nbytes:
+            raise PlanFileError(
+                path, "view [%d, +%d) is outside %r (%d bytes)" % (offset, count * dt.itemsize, base_name, base.nbytes)
+            )
         need("init" not in b, path + ".init", "views share their base's data and take no init")
         return base.view(offset, count * dt.itemsize, dtype=dt.name, shape=shape)
 
