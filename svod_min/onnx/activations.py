@@ -79,11 +79,21 @@ def activation_params(op: str, attrs: Dict[str, object], bounds: Sequence[Option
     return params
 
 
+#: Activations a pass fuses from several nodes, with no ONNX op of their own: SiLU, ``y * Sigmoid(y)``, in the store
+#: of an elementwise node (the same sigmoid as the Sigmoid kernel it replaces; blocked convolutions have their own).
+FUSED_ONLY: Dict[str, Activation] = {"SiLU": Activation((), "({x} * svod_sigmoidf({x}))")}
+
+
+def activation_spec(kind: str) -> Activation:
+    """The table entry of activation ``kind``: an op's, or a fused pattern's (:data:`FUSED_ONLY`)."""
+    return ACTIVATIONS[kind] if kind in ACTIVATIONS else FUSED_ONLY[kind]
+
+
 def activation(kind: Optional[str], params: Dict[str, float], v: str) -> str:
     """The C expression of activation ``kind`` (None: none) with ``params`` applied to the C expression ``v``."""
     if kind is None:
         return v
-    spec = ACTIVATIONS[kind]
+    spec = activation_spec(kind)
     text = spec.c_tanh if spec.c_tanh and params.get("tanh") else spec.c
     return text.format(x=v, **{name: flt(params[name]) for name, _ in spec.attrs})
 
@@ -93,7 +103,7 @@ def library_epilogue(kind: Optional[str], params: Dict[str, float]) -> Tuple[str
     kernel) for activation ``kind``: Clip runs in the store with finite bounds, as a relu with [0, inf)."""
     if kind is None:
         return "none", {}, False
-    spec = ACTIVATIONS[kind]
+    spec = activation_spec(kind)
     if spec.library is not None:
         act, names = spec.library
         return act, {var: params[key] for var, key in names}, False

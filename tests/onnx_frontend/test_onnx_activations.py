@@ -93,3 +93,53 @@ def test_prelu_with_a_broadcast_input_slope(tmp_path: Any) -> None:
     feeds = random_inputs(model)
     want = run_ort(model, feeds)
     assert np.array_equal(build_and_load(model, str(tmp_path)).run(feeds)["y"], want[0])
+
+
+SILU_CASES = {
+    # a per-channel scale and shift (an Affine, as the dequantization of an int8-dynamic model's convolution ends)
+    "affine": (
+        [helper.make_node("Mul", ["x", "s"], ["m"]), helper.make_node("Add", ["m", "t"], ["a"])],
+        {
+            "s": (RNG.uniform(0.5, 2.0, (6, 1, 1))).astype(np.float32),
+            "t": (RNG.standard_normal((6, 1, 1))).astype(np.float32),
+        },
+    ),
+    "add": (
+        [helper.make_node("Add", ["x", "z"], ["a"])],
+        {"z": (RNG.standard_normal((1, 6, 5, 7)) * 3).astype(np.float32)},
+    ),
+}
+
+
+@pytest.mark.parametrize("order", ["a-first", "sigmoid-first"])
+@pytest.mark.parametrize("case", sorted(SILU_CASES))
+def test_silu_after_an_elementwise_node_runs_in_its_store(case: str, order: str, tmp_path: Any) -> None:
+    """``a * Sigmoid(a)`` (either operand order) after an Affine or an Add: no Sigmoid or Mul kernel is left, and the
+    result matches onnxruntime's (inputs up to +-10: both tails of the sigmoid)."""
+    head, consts = SILU_CASES[case]
+    mul_inputs = ["a", "sg"] if order == "a-first" else ["sg", "a"]
+    nodes = head + [helper.make_node("Sigmoid", ["a"], ["sg"]), helper.make_node("Mul", mul_inputs, ["y"])]
+    model = graph_model(nodes, [("x", (1, 6, 5, 7))], ["y"], OPSET, consts)
+    ops = _ops_after_passes(model, str(tmp_path))
+    assert ops.get("Sigmoid", 0) == 0 and ops.get("Mul", 0) == 0, ops
+    feeds = {"x": RNG.uniform(-10, 10, (1, 6, 5, 7)).astype(np.float32)}
+    want = run_ort(model, feeds)
+    got = build_and_load(model, str(tmp_path)).run(feeds)
+    assert max_rel_error(got["y"], want[0]) < 1e-4
+
+
+def test_a_sigmoid_read_elsewhere_is_not_fused(tmp_path: Any) -> None:
+    """The Sigmoid's result is also an output: the SiLU cannot swallow it."""
+    nodes = [
+        helper.make_node("Add", ["x", "z"], ["a"]),
+        helper.make_node("Sigmoid", ["a"], ["sg"]),
+        helper.make_node("Mul", ["a", "sg"], ["y"]),
+    ]
+    consts = {"z": np.ones((1, 6, 5, 7), np.float32)}
+    model = graph_model(nodes, [("x", (1, 6, 5, 7))], ["y", "sg"], OPSET, consts)
+    ops = _ops_after_passes(model, str(tmp_path))
+    assert ops.get("Sigmoid", 0) == 1, ops
+    feeds = {"x": RNG.uniform(-4, 4, (1, 6, 5, 7)).astype(np.float32)}
+    want = run_ort(model, feeds)
+    got = build_and_load(model, str(tmp_path)).run(feeds)
+    assert max_rel_error(got["y"], want[0]) < 1e-4 and max_rel_error(got["sg"], want[1]) < 1e-4

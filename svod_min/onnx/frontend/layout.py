@@ -24,7 +24,7 @@ import numpy as np
 from ..activations import ACTIVATIONS
 from ..geometry import LANES, blocked_shape
 from .ir import Graph, Node, Value
-from .passes import AFFINE, channel_vector
+from .passes import AFFINE, SILU, channel_vector, silu_pair
 
 TO_BLOCKED = "svod.ToBlocked"
 FROM_BLOCKED = "svod.FromBlocked"
@@ -33,8 +33,6 @@ BLOCKED_DWCONV = "svod.BlockedDepthwiseConv"
 BLOCKED_POOL = "svod.BlockedPool"
 BLOCKED_GLOBAL_POOL = "svod.BlockedGlobalPool"
 BLOCKED_AFFINE = "svod.BlockedAffine"
-#: The activation name of a SiLU (``y * Sigmoid(y)``) the layout pass moves into a blocked convolution's store.
-SILU = "SiLU"
 #: Ops that read blocked operands of one shape as flat arrays and write one of the same shape.
 SAME_SHAPE_OPS = frozenset(ACTIVATIONS) | {"Add", "Sum", "Sub", "Mul", "Max", "Min"}
 #: A convolution whose input is plain starts a blocked region when it does at least this many multiply-adds
@@ -119,21 +117,9 @@ class _Rewrite:
         return None if slope is None else (users[0], slope)
 
     def _silu_to_absorb(self, conv: Node) -> Optional[Tuple[Node, Node]]:
-        """(Sigmoid, Mul) where the convolution's output ``y`` is read only by ``s = Sigmoid(y)`` and ``Mul(y, s)``
-        (either order) and ``s`` only by that Mul: SiLU, which runs in the convolution's store as ``y *
-        sigmoid(y)`` (the same expression and sigmoid as the two kernels it replaces); else None."""
-        name = conv.outputs[0]
-        users = self.readers.get(name, [])
-        if len(users) != 2 or name in self.graph.outputs:
-            return None
-        sig = next((u for u in users if u.op == "Sigmoid"), None)
-        mul = next((u for u in users if u.op == "Mul"), None)
-        if sig is None or mul is None or sig.outputs[0] in self.graph.outputs:
-            return None
-        s = sig.outputs[0]
-        if sorted(mul.inputs) != sorted([name, s]) or [id(u) for u in self.readers.get(s, [])] != [id(mul)]:
-            return None
-        return sig, mul
+        """The convolution's SiLU (:func:`.passes.silu_pair`), which runs in its store as ``y * sigmoid(y)`` (the
+        same expression and sigmoid as the two kernels it replaces); else None."""
+        return silu_pair(self.graph, conv.outputs[0], self.readers)
 
     def need_plain(self, name: str) -> None:
         if name and name not in self.plain:

@@ -13,7 +13,9 @@
 - ``fuse_activations``: the activations of :mod:`..activations` (Relu, LeakyRelu, Clip, Sigmoid, Tanh,
   HardSigmoid, HardSwish, Gelu), and a PRelu with
   one constant slope (a LeakyRelu), that are the only reader of a Conv, Gemm, Affine or elementwise node's
-  output become that node's epilogue (the layout pass fuses a per-channel PRelu into a blocked Conv).
+  output become that node's epilogue (the layout pass fuses a per-channel PRelu into a blocked Conv); a SiLU
+  (``y * Sigmoid(y)``, :func:`silu_pair`) after an Affine or an elementwise node becomes its epilogue too (the
+  layout pass fuses one after a blocked Conv).
 Nodes are checked against the op table before any pass runs, so passes see valid attributes only.
 """
 
@@ -30,6 +32,12 @@ from .ir import Graph, Node
 AFFINE = "svod.Affine"
 #: Ops whose lowering applies a fused activation to what they write.
 ACTIVATION_HOSTS = ("Conv", "Gemm", AFFINE, "Add", "Sub", "Mul", "Div", "Sum", "BatchNormalization", "MatMul")
+#: The hosts whose store takes a SiLU (their generated elementwise C); a convolution's is the layout pass's.
+SILU_HOSTS = (AFFINE, "Add", "Sub", "Mul", "Div", "Sum")
+#: The dtypes a fused activation's float C text computes in.
+FUSABLE_DTYPES = ("float32", "float16", "bfloat16")
+#: The fused activation of a SiLU, ``y * Sigmoid(y)`` (:data:`..activations.FUSED_ONLY`).
+SILU = "SiLU"
 
 
 def run_passes(graph: Graph) -> Graph:
@@ -288,6 +296,13 @@ def fuse_activations(graph: Graph) -> Graph:
     for node in graph.nodes:
         if node.op not in ACTIVATION_HOSTS or "activation" in node.fused or len(node.outputs) != 1:
             continue
+        silu = silu_pair(graph, node.outputs[0], readers) if node.op in SILU_HOSTS else None
+        if silu is not None and graph.values[silu[1].outputs[0]].dtype in FUSABLE_DTYPES:
+            node.fused["activation"] = (SILU, {})
+            node.outputs = [silu[1].outputs[0]]
+            dropped.update(id(n) for n in silu)
+            readers = graph.consumers()
+            continue
         act = _single_reader(graph, node.outputs[0], readers)
         if act is None or not _activation_static(graph, act):
             continue
@@ -304,11 +319,27 @@ def fuse_activations(graph: Graph) -> Graph:
     return graph
 
 
+def silu_pair(graph: Graph, name: str, readers: Dict[str, List[Node]]) -> Optional[Tuple[Node, Node]]:
+    """(Sigmoid, Mul) where ``name`` is read only by ``s = Sigmoid(name)`` and ``Mul(name, s)`` (either order) and
+    ``s`` only by that Mul: a SiLU, which its producer may run in its store as ``y * sigmoid(y)``; else None."""
+    users = readers.get(name, [])
+    if len(users) != 2 or name in graph.outputs:
+        return None
+    sig = next((u for u in users if u.op == "Sigmoid"), None)
+    mul = next((u for u in users if u.op == "Mul"), None)
+    if sig is None or mul is None or sig.outputs[0] in graph.outputs:
+        return None
+    s = sig.outputs[0]
+    if sorted(mul.inputs) != sorted([name, s]) or [id(u) for u in readers.get(s, [])] != [id(mul)]:
+        return None
+    return sig, mul
+
+
 def _activation_static(graph: Graph, act: Node) -> bool:
     """Clip's bounds and PRelu's slope must be constants to be compiled in, and the activation's result float32 or
     half: the hosts apply a fused activation as float C text (a Clip of integers or float64 runs on its own)."""
     dtype = graph.values[act.outputs[0]].dtype if act.outputs and act.outputs[0] else ""
-    return dtype in ("float32", "float16", "bfloat16") and all(graph.is_const(n) for n in act.inputs[1:] if n)
+    return dtype in FUSABLE_DTYPES and all(graph.is_const(n) for n in act.inputs[1:] if n)
 
 
 def activation_params_of(graph: Graph, act: Node) -> Dict[str, float]:
