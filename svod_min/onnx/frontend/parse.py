@@ -156,7 +156,7 @@ def _bind_one(inp: Any, dims: Mapping[str, int], shape: Optional[Sequence[int]],
         if value is None:
             integer = tt.elem_type in INTEGER_TYPES  # likely an axes, a shape or bounds: its value may decide shapes
             raise ModelFileError(
-                "input %r dim %d (%s) is dynamic: bind it with --dim %s=N or --shape %s=..."
+                "input %r dim %d (%s) is dynamic: bind it with --dim %s=SIZE (or a range MIN..MAX) or --shape %s=..."
                 % (inp.name, axis, symbol or "?", symbol or "NAME", inp.name)
                 + (" (or, if its value decides shapes, --pin %s=V0,V1,...)" % inp.name if integer else "")
             )
