@@ -16,6 +16,7 @@ machine is not its target's, a file the plan names that the bundle does not hold
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -122,11 +123,18 @@ def check_entry_name(name: str) -> str:
 
 def plan_file_entry(rel: str, json_path: str) -> str:
     """The bundle entry a plan's relative file name refers to (the plan lies at the bundle's root)."""
-    name = posixpath.normpath(rel.replace("\\", "/")) if rel else rel
     try:
-        return check_entry_name(name)
+        return _entry_name(rel) if type(rel) is str else _entry_name.__wrapped__(rel)
     except BundleError:
         raise BundleError("%s names %r: the path escapes the bundle" % (json_path, rel)) from None
+
+
+@functools.lru_cache(maxsize=4096)
+def _entry_name(rel: str) -> str:
+    # cached: a load resolves each weight's file name three or four times (listing, budget, read); a refusal
+    # raises, and lru_cache keeps no exception
+    name = posixpath.normpath(rel.replace("\\", "/")) if rel else rel
+    return check_entry_name(name)
 
 
 def file_references(doc: Mapping[str, Any]) -> Iterator[Tuple[str, str]]:
