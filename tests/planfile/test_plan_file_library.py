@@ -103,6 +103,20 @@ def test_variable_change_below_a_minimum_is_refused_and_the_plan_keeps_working()
     assert loaded.buffers["out"].tolist()[:3] == [1.0, 2.0, 3.0]
 
 
+def test_the_load_checks_each_library_op_once_and_every_later_bind_checks_again(monkeypatch: Any) -> None:
+    calls = []
+    check = kernels.check_bound_args
+    monkeypatch.setattr(
+        kernels, "check_bound_args", lambda sig, env, bufs: (calls.append(dict(env)), check(sig, env, bufs))
+    )
+    loaded = load_plan(add_plan())
+    assert [c["n"] for c in calls] == [8]  # at load, naming the op; the plan's first bind does not repeat it
+    loaded.plan.execute_with_vars({"n": 3})
+    loaded.plan.execute_with_vars({"n": 8})  # back to the loaded values: checked again
+    assert [c["n"] for c in calls] == [8, 3, 8]
+    assert loaded.buffers["out"].tolist() == [float(i + 1) for i in range(8)]
+
+
 @needs_numpy
 def test_written_buffer_aliasing_an_input_is_refused() -> None:
     doc = {
