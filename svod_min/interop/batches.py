@@ -13,6 +13,7 @@ tasks it runs. numpy is needed here (the engines hand over numpy arrays).
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple
@@ -184,10 +185,7 @@ def _as_rows(array: Any, port: Port) -> Any:
 
 def _first_rows(array: Any, count: int, row_shape: Tuple[int, ...]) -> Any:
     """The first ``count`` rows of ``row_shape`` in ``array``'s C-order elements."""
-    size = count
-    for dim in row_shape:
-        size *= dim
-    return array.reshape(-1)[:size].reshape((count,) + row_shape)
+    return array.reshape(-1)[: count * math.prod(row_shape)].reshape((count,) + row_shape)
 
 
 def _padded(rows: Any, count: int) -> Any:

@@ -4,6 +4,7 @@ in, and an output's bytes at its bound shape for ``--save``."""
 
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, List, Mapping, Tuple
 
 from ..error import PlanError
@@ -47,10 +48,7 @@ def output_payload(loaded: LoadedPlan, name: str, buf: Any) -> Tuple[Tuple[int, 
     shape = loaded.bound_shape(name)
     payload = host_payload(buf)
     if shape != tuple(buf.shape):
-        size = buf.dtype.itemsize
-        for dim in shape:
-            size *= dim
-        payload = payload[:size]
+        payload = payload[: buf.dtype.itemsize * math.prod(shape)]
     return shape, payload
 
 

@@ -18,6 +18,7 @@ reads any nonzero byte as true; a C kernel testing ``x == 1`` or computing ``a &
 
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, Optional, Tuple
 
 from ..dtypes import bool_bytes
@@ -119,10 +120,7 @@ class HostIO:
         slot = self.outputs[name]
         if slot is None:
             return None
-        size = 1
-        for dim in shape:
-            size *= dim
-        return slot[0].reshape(-1)[:size].reshape(shape).copy()
+        return slot[0].reshape(-1)[: math.prod(shape)].reshape(shape).copy()
 
     def copy_out(self, name: str) -> Optional[Any]:
         """A new array holding output ``name``'s contents; None where the buffer has no view."""

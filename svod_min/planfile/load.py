@@ -13,6 +13,7 @@ plan, buffers and their initial data, expectations), :mod:`svod_min.planfile.ker
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
@@ -100,7 +101,7 @@ class LoadedPlan:
         shape = tuple(shape)
         if self.binding is not None and name in self.binding.inputs and shape != tuple(buf.shape):
             self.binding.bind({name: shape})  # a bound shape: it must fit the dims; it lies at the buffer's start
-            buf = buf.view(0, _count(shape) * buf.dtype.itemsize, shape=shape)
+            buf = buf.view(0, math.prod(shape) * buf.dtype.itemsize, shape=shape)
         buf.copyin(checked_feed(name, (dtype, tuple(buf.shape)), dtype_name, shape, payload))
 
     def bind(self, shapes: Mapping[str, Tuple[int, ...]], given: Optional[Mapping[str, int]] = None) -> Dict[str, int]:
@@ -135,13 +136,6 @@ class LoadedPlan:
         if self.binding is not None:
             env.update(self.binding.loose)
         return env
-
-
-def _count(shape: Tuple[int, ...]) -> int:
-    out = 1
-    for size in shape:
-        out *= size
-    return out
 
 
 def load_plan(
@@ -334,7 +328,7 @@ class Model:
             if arr is None:  # no host view: the whole buffer, then its prefix
                 arr = self.array(name)
                 if shape is not None:
-                    arr = arr.reshape(-1)[: _count(shape)].reshape(shape).copy()
+                    arr = arr.reshape(-1)[: math.prod(shape)].reshape(shape).copy()
             out[name] = arr
         return out
 

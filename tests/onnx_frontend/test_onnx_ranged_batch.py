@@ -19,8 +19,8 @@ np = pytest.importorskip("numpy")
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-from support.onnx_models import host_target, max_rel_error, run_ort  # noqa: E402
+from onnx import TensorProto, helper  # noqa: E402
+from support.onnx_models import host_target, max_rel_error, run_ort, typed_model  # noqa: E402
 
 from svod_min.error import UnsupportedModelError  # noqa: E402
 from svod_min.onnx.build import build_onnx  # noqa: E402
@@ -48,16 +48,7 @@ def _model(
     opset: int = 17,
 ) -> onnx.ModelProto:
     """A model of ``nodes``: inputs by (name, shape, type), constants as initializers, output shapes inferred."""
-    graph = helper.make_graph(
-        nodes,
-        "ranged",
-        [helper.make_tensor_value_info(n, t, list(s)) for n, s, t in inputs],
-        [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outputs],
-        [numpy_helper.from_array(np.asarray(v), n) for n, v in (consts or {}).items()],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    return onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    return typed_model(nodes, inputs, outputs, opset, {n: np.asarray(v) for n, v in (consts or {}).items()})
 
 
 def _f(name: str, *tail: int) -> Input:

@@ -13,7 +13,7 @@ suggesting a fixed ``--shape``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -54,7 +54,9 @@ class BatchRows:
     values: Mapping[str, int]
 
 
-Rule = Callable[[Graph, Node, FrozenSet[str]], Optional[str]]
+#: The batched values a rule asks about (their rows per batch row).
+Batched = Mapping[str, int]
+Rule = Callable[[Graph, Node, Batched], Optional[str]]
 
 
 def batched_values(a: Graph, b: Graph, n_a: int, n_b: int) -> Dict[str, int]:
@@ -151,7 +153,7 @@ def _check_node(g: Graph, node: Node, batched: Mapping[str, int]) -> None:
     if node.op in ROWWISE:
         return
     rule = RULES.get(node.op)
-    why = "this release does not know it keeps batch rows apart" if rule is None else rule(g, node, frozenset(batched))
+    why = "this release does not know it keeps batch rows apart" if rule is None else rule(g, node, batched)
     if why:
         raise _refusal("%s: %s" % (node.label(), why))
 
@@ -176,7 +178,7 @@ def _not_batch_axis(default: Callable[[Graph, Node], int], first_only: bool = Tr
     """An op over one axis (its ``axis`` attribute): the batch's axis 0 must not be it. ``first_only``: the axis is
     the first input's (a Gather's table: an unbatched table may be read along axis 0), else every input's."""
 
-    def rule(g: Graph, node: Node, batched: FrozenSet[str]) -> Optional[str]:
+    def rule(g: Graph, node: Node, batched: Batched) -> Optional[str]:
         if first_only and node.inputs[0] not in batched:
             return None
         axis = _axis(node, _rank(g, node.inputs[0]), default(g, node))
@@ -189,7 +191,7 @@ def _softmax_default(g: Graph, node: Node) -> int:
     return 1 if g.opset < 13 else -1
 
 
-def _reduce(g: Graph, node: Node, batched: FrozenSet[str]) -> Optional[str]:
+def _reduce(g: Graph, node: Node, batched: Batched) -> Optional[str]:
     axes: Optional[List[int]] = None
     if "axes" in node.attrs:
         axes = [int(a) for a in node.attrs["axes"]]
@@ -203,7 +205,7 @@ def _reduce(g: Graph, node: Node, batched: FrozenSet[str]) -> Optional[str]:
     return "it reduces over axis 0, the batch" if any(a % max(rank, 1) == 0 for a in axes) else None
 
 
-def _matmul(g: Graph, node: Node, batched: FrozenSet[str]) -> Optional[str]:
+def _matmul(g: Graph, node: Node, batched: Batched) -> Optional[str]:
     operands = (0, 3) if node.op == "QLinearMatMul" else (0, 1)
     a, b = (node.inputs[i] for i in operands)
     if any(v in batched for i, v in enumerate(node.inputs) if i not in operands):
@@ -215,13 +217,13 @@ def _matmul(g: Graph, node: Node, batched: FrozenSet[str]) -> Optional[str]:
     return None
 
 
-def _gemm(g: Graph, node: Node, batched: FrozenSet[str]) -> Optional[str]:
+def _gemm(g: Graph, node: Node, batched: Batched) -> Optional[str]:
     if node.attrs.get("transA", 0) or any(v in batched for v in node.inputs[1:]):
         return "the batch is not the rows of its first operand alone"
     return None
 
 
-def _slice(g: Graph, node: Node, batched: FrozenSet[str]) -> Optional[str]:
+def _slice(g: Graph, node: Node, batched: Batched) -> Optional[str]:
     """A Slice may name axis 0 only to keep every row: start 0, step 1 (the graph comparison checks the end)."""
     if any(v in batched for v in node.inputs[1:]):
         return "its starts, ends or steps follow the batch"
@@ -238,24 +240,24 @@ def _slice(g: Graph, node: Node, batched: FrozenSet[str]) -> Optional[str]:
     return None
 
 
-def _topk(g: Graph, node: Node, batched: FrozenSet[str]) -> Optional[str]:
+def _topk(g: Graph, node: Node, batched: Batched) -> Optional[str]:
     if len(node.inputs) > 1 and node.inputs[1] in batched:
         return "its k follows the batch"
     return _not_batch_axis(lambda g, n: -1)(g, node, batched)
 
 
-def _cumsum(g: Graph, node: Node, batched: FrozenSet[str]) -> Optional[str]:
+def _cumsum(g: Graph, node: Node, batched: Batched) -> Optional[str]:
     if not g.is_const(node.inputs[1]):
         return "its axis is computed at run time"
     axis = int(g.const(node.inputs[1]).ravel()[0])
     return "it sums along axis 0, the batch" if axis % _rank(g, node.inputs[0]) == 0 else None
 
 
-def _recurrent(g: Graph, node: Node, batched: FrozenSet[str]) -> Optional[str]:
+def _recurrent(g: Graph, node: Node, batched: Batched) -> Optional[str]:
     return None if node.attrs.get("layout", 0) == 1 else "with layout 0 the batch is its second axis"
 
 
-def _batch_norm(g: Graph, node: Node, batched: FrozenSet[str]) -> Optional[str]:
+def _batch_norm(g: Graph, node: Node, batched: Batched) -> Optional[str]:
     if node.attrs.get("training_mode", 0) or len([o for o in node.outputs if o]) > 1:
         return "in training mode it normalises by the batch's statistics"
     if any(v in batched for v in node.inputs[1:]):
@@ -263,20 +265,20 @@ def _batch_norm(g: Graph, node: Node, batched: FrozenSet[str]) -> Optional[str]:
     return None
 
 
-def _only_first_batched(g: Graph, node: Node, batched: FrozenSet[str]) -> Optional[str]:
+def _only_first_batched(g: Graph, node: Node, batched: Batched) -> Optional[str]:
     """Inputs after the first (indices, scales, statistics) must not follow the batch."""
     later = [v for v in node.inputs[1:] if v in batched]
     return "its input %r follows the batch (only its first may)" % later[0] if later else None
 
 
 def _both(*rules: Rule) -> Rule:
-    def rule(g: Graph, node: Node, batched: FrozenSet[str]) -> Optional[str]:
+    def rule(g: Graph, node: Node, batched: Batched) -> Optional[str]:
         return next((why for why in (r(g, node, batched) for r in rules) if why), None)
 
     return rule
 
 
-def _layer_norm(g: Graph, node: Node, batched: FrozenSet[str]) -> Optional[str]:
+def _layer_norm(g: Graph, node: Node, batched: Batched) -> Optional[str]:
     return _both(_not_batch_axis(lambda g, n: -1), _only_first_batched)(g, node, batched)
 
 
