@@ -11,7 +11,7 @@ from __future__ import annotations
 import ctypes
 import math
 import os
-from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from ..dtypes import DType, bool_bytes, pack_values, unpack_values
@@ -24,14 +24,37 @@ MAX_BUFFER_BYTES = 1 << 34
 INIT_CHUNK = 1 << 16  # elements packed at a time: a Python list of every element would need ~8x the buffer
 
 
-@dataclass
 class Expectation:
-    """An ``expect`` entry: the values a buffer should hold after a run, within ``rtol``/``atol``."""
+    """An ``expect`` entry: the values a buffer should hold after a run, within ``rtol``/``atol``.
 
-    buffer: str
-    values: List[float]
-    rtol: float = 1e-5
-    atol: float = 1e-6
+    ``values`` is a list of numbers or a numpy array. An entry read from a ``.npy`` file decodes its values at first
+    use: a run that does not verify (its inputs replaced, ``--once``) never pays for numpy's import or the decoding.
+    """
+
+    __slots__ = ("buffer", "rtol", "atol", "_values", "_decode")
+
+    def __init__(self, buffer: str, values: Any, rtol: float = 1e-5, atol: float = 1e-6) -> None:
+        self.buffer = buffer
+        self.rtol = rtol
+        self.atol = atol
+        self._values = values
+        self._decode: Optional[Callable[[], Any]] = None
+
+    @classmethod
+    def deferred(cls, buffer: str, decode: Callable[[], Any], rtol: float, atol: float) -> "Expectation":
+        """An entry whose values ``decode()`` makes when they are first read."""
+        e = cls(buffer, None, rtol, atol)
+        e._decode = decode
+        return e
+
+    @property
+    def values(self) -> Any:
+        if self._decode is not None:
+            self._values, self._decode = self._decode(), None
+        return self._values
+
+    def __repr__(self) -> str:
+        return "Expectation(%r, rtol=%g, atol=%g)" % (self.buffer, self.rtol, self.atol)
 
 
 class DirectoryFiles:
@@ -211,42 +234,50 @@ class PlanData:
 
     def expectations(self, spec: Dict[str, Any], buffers: Mapping[str, Any]) -> List[Expectation]:
         """The ``expect`` section, checked against the declared ``buffers``."""
-        out = []
-        for name, e in spec.items():
-            path = "expect.%s" % name
-            need(name in buffers, path, "unknown buffer %r" % name)
-            e = as_object(e, path)
-            known_keys(e, {"values", "npy", "rtol", "atol", "count"}, path)
-            buf = buffers[name]
-            buf_dt = to_dtype(buf.dtype)
-            if "npy" in e:
-                dt, _shape, payload = self.read_npy_file(as_text(e["npy"], path + ".npy"), path + ".npy")
-                # a bfloat16 buffer's expected values may be stored as its uint16 bits
-                values = _npy_values(buf_dt if holds(dt, buf_dt) else dt, payload)
-            else:
-                values = flatten(as_list(e.get("values"), path + ".values"), path + ".values", buf_dt.name == "bool")
-            if buf_dt.name == "bool" and isinstance(values, list):  # a bool buffer holds 0 and 1: nonzero is true
-                values = [1 if v else 0 for v in values]
-            # count: only the leading elements are described (a buffer sized for a variable's maximum)
-            count = as_int(e["count"], path + ".count", 1, len(buf)) if "count" in e else len(buf)
-            need(
-                len(values) == count,
-                path,
-                "%d expected values for %s of %d elements"
-                % (len(values), "a count" if "count" in e else "a buffer", count),
-            )
-            rtol_default, atol_default = _TOLERANCE.get(buf_dt.name, (1e-5, 1e-6))
-            rtol = as_number(e.get("rtol", rtol_default), path + ".rtol")
-            atol = as_number(e.get("atol", atol_default), path + ".atol")
-            out.append(
-                Expectation(name, values if not isinstance(values, list) else [_number(v) for v in values], rtol, atol)
-            )
-        return out
+        return [self._expectation(name, as_object(e, "expect.%s" % name), buffers) for name, e in spec.items()]
+
+    def _expectation(self, name: str, e: Dict[str, Any], buffers: Mapping[str, Any]) -> Expectation:
+        """One entry: its size checked now, a ``.npy`` file's values decoded when a verification reads them."""
+        path = "expect.%s" % name
+        need(name in buffers, path, "unknown buffer %r" % name)
+        known_keys(e, {"values", "npy", "rtol", "atol", "count"}, path)
+        buf = buffers[name]
+        buf_dt = to_dtype(buf.dtype)
+        decode: Optional[Callable[[], Any]] = None
+        if "npy" in e:
+            dt, shape, payload = self.read_npy_file(as_text(e["npy"], path + ".npy"), path + ".npy")
+            # a bfloat16 buffer's expected values may be stored as its uint16 bits
+            decode = partial(_npy_values, buf_dt if holds(dt, buf_dt) else dt, payload, buf_dt.name == "bool")
+            given = product(shape)
+        else:
+            values = flatten(as_list(e.get("values"), path + ".values"), path + ".values", buf_dt.name == "bool")
+            given = len(values)
+        # count: only the leading elements are described (a buffer sized for a variable's maximum)
+        count = as_int(e["count"], path + ".count", 1, len(buf)) if "count" in e else len(buf)
+        need(
+            given == count,
+            path,
+            "%d expected values for %s of %d elements" % (given, "a count" if "count" in e else "a buffer", count),
+        )
+        rtol_default, atol_default = _TOLERANCE.get(buf_dt.name, (1e-5, 1e-6))
+        rtol = as_number(e.get("rtol", rtol_default), path + ".rtol")
+        atol = as_number(e.get("atol", atol_default), path + ".atol")
+        if decode is not None:
+            return Expectation.deferred(name, decode, rtol, atol)
+        return Expectation(name, _listed(values, buf_dt.name == "bool"), rtol, atol)
 
 
-def _npy_values(dt: DType, payload: Any) -> Any:
+def _listed(values: List[Any], as_bool: bool) -> List[Any]:
+    """Inline expected values as numbers; a bool buffer holds 0 and 1, so nonzero is true."""
+    if as_bool:
+        return [1 if v else 0 for v in values]
+    return [_number(v) for v in values]
+
+
+def _npy_values(dt: DType, payload: Any, as_bool: bool) -> Any:
     """A ``.npy`` file's values: a numpy array where numpy is installed and has the dtype (millions of expected
-    values stay one array: as Python numbers they take seconds to make and 32 bytes each), else Python numbers."""
+    values stay one array: as Python numbers they take seconds to make and 32 bytes each), else Python numbers;
+    for a bool buffer (``as_bool``) 1 where nonzero."""
     if dt.numpy_name is not None:
         try:
             import numpy as np
@@ -255,7 +286,7 @@ def _npy_values(dt: DType, payload: Any) -> Any:
         else:
             values = np.frombuffer(bytes(payload), dtype=np.dtype(dt.numpy_name).newbyteorder("<"))
             return (values != 0).astype(np.uint8) if dt.name == "bool" else values
-    return unpack_values(dt, payload)
+    return _listed(unpack_values(dt, payload), as_bool)
 
 
 #: ``expect``'s default (rtol, atol) by the buffer's dtype: integers and bool compare exactly; float16 and

@@ -13,7 +13,7 @@ import json
 import struct
 import subprocess
 import sys
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import pytest
 from support.paths import REPO_DIR
@@ -76,8 +76,9 @@ def npy(values: List[float]) -> bytes:
     )
 
 
-def add_bundle(path: str) -> str:
-    """out = a + b: a library kernel, ``a`` the input, ``b`` weights from the bundle."""
+def add_bundle(path: str, expect: Optional[List[float]] = None) -> str:
+    """out = a + b: a library kernel, ``a`` the input, ``b`` weights from the bundle; ``expect``: out's recorded
+    values, as a ``.npy`` file in the bundle (as ``build`` records onnxruntime's)."""
     plan: Dict[str, Any] = {
         "svod_plan": 1,
         "buffers": {
@@ -88,9 +89,11 @@ def add_bundle(path: str) -> str:
         "kernels": {"add": {"library": "add", "params": {"dtype": "float32"}}},
         "ops": [{"kernel": "add", "buffers": ["out", "a", "b"], "vars": {"n": 8}}],
     }
-    write_bundle(
-        path, {PLAN: json.dumps(plan).encode(), "data/b.npy": npy([10.0 * i for i in range(8)])}, {"svod_min": "test"}
-    )
+    files = {"data/b.npy": npy([10.0 * i for i in range(8)])}
+    if expect is not None:
+        plan["expect"] = {"out": {"npy": "data/expect_out.npy"}}
+        files["data/expect_out.npy"] = npy(expect)
+    write_bundle(path, {PLAN: json.dumps(plan).encode(), **files}, {"svod_min": "test"})
     return path
 
 
@@ -144,3 +147,49 @@ def test_a_library_kernel_of_a_plan_still_gives_its_c_unit_when_asked(tmp_path: 
     want = kernels.get("add", dtype="float32").source
     assert kernel.code == "" and kernel.source_text() == want and "svod_add_f32" in want
     assert device_kernel(loaded.plan.device, "add", dtype="float32").source == want
+
+
+VERIFYING_CHILD = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from svod_min.npy import read_npy
+from svod_min.planfile.load import load_plan
+loaded = load_plan(sys.argv[2])
+dtype, shape, payload = read_npy(sys.argv[3])
+loaded.set_input("a", dtype.name, tuple(shape), payload)
+loaded.plan.execute()
+before = "numpy" in sys.modules
+report = loaded.verify()
+print(json.dumps({"numpy_before_verify": before, "numpy_after": "numpy" in sys.modules, "verify": report}))
+"""
+
+
+def test_recorded_expectations_are_decoded_only_when_a_run_verifies(tmp_path: Any) -> None:
+    # a bundle's expectations (.npy) are read at load but decoded at the first verification: a run that does not
+    # verify (replaced inputs, --once) never imports numpy for them; with site-packages here, numpy is importable
+    pytest.importorskip("numpy")
+    want = [struct.unpack("<f", struct.pack("<f", a + 10.0 * i))[0] for i, a in enumerate(VALUES)]
+    wrong = want[:-1] + [want[-1] + 1.0]
+    for expect, ok in ((want, True), (wrong, False)):
+        bundle = add_bundle(str(tmp_path / ("add_%s.svod" % ok)), expect)
+        (tmp_path / "a.npy").write_bytes(npy(VALUES))
+        proc = subprocess.run(
+            [sys.executable, "-c", VERIFYING_CHILD, REPO_DIR, bundle, str(tmp_path / "a.npy")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={"SVOD_THREADS": "1"},
+        )
+        assert proc.returncode == 0, proc.stderr
+        report = json.loads(proc.stdout)
+        assert report["numpy_before_verify"] is False and report["numpy_after"] is True
+        assert [(name, passed) for name, passed, _err in report["verify"]] == [("out", ok)]
+
+
+def test_a_recorded_expectation_of_the_wrong_size_is_refused_at_load(tmp_path: Any) -> None:
+    from svod_min.error import PlanFileError
+    from svod_min.planfile.load import load_plan
+
+    bundle = add_bundle(str(tmp_path / "add.svod"), [1.0] * 7)
+    with pytest.raises(PlanFileError, match=r"expect\.out.*7 expected values for a buffer of 8 elements"):
+        load_plan(bundle)
