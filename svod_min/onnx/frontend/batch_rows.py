@@ -31,7 +31,7 @@ ROWWISE = frozenset(
     Neg Not Or PRelu Pad Pow QLinearConv QuantizeLinear Reciprocal Relu Reshape Resize Round Selu Shrink Sigmoid Sign
     Sin Sinh Softplus Softsign SpaceToDepth Sqrt Squeeze Sub Sum Tan Tanh ThresholdedRelu Tile Transpose Unsqueeze
     Upsample Where Xor svod.Affine svod.BlockedAffine svod.BlockedConv svod.BlockedDepthwiseConv svod.BlockedGlobalPool
-    svod.BlockedPool svod.FromBlocked svod.ToBlocked
+    svod.BlockedPool svod.FromBlocked svod.Lookup8 svod.ToBlocked
     """.split()
 )
 

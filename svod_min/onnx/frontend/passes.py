@@ -1,6 +1,9 @@
 """Graph passes, each ``Graph -> Graph``: inference simplifications, folds into Conv/Gemm, activation fusion.
 
 - ``drop_inference_noops``: Identity, and Dropout at inference (its mask output unused), vanish.
+- ``fuse_lookup_tables`` (:mod:`.quant_lookup`): a QDQ model's 8-bit elementwise cones (DequantizeLinear, unary
+  ops, scalar arithmetic, QuantizeLinear: yolov8's SiLU) become one 256-entry table lookup each, before
+  ``to_affine`` would turn their scalar Muls and Adds into Affines.
 - ``fuse_gelu_chains`` (:mod:`.gelu_chain`): the exporters' ``x * 0.5 * (1 + Erf(x / sqrt 2))`` and its tanh form
   become one Gelu node, before ``to_affine`` would turn their scalar Muls and Adds into Affines.
 - ``to_affine``: BatchNormalization with constant statistics, and Mul/Add/Sub of a constant that is
@@ -28,6 +31,7 @@ import numpy as np
 from ..activations import ACTIVATIONS, activation_params
 from .gelu_chain import fuse_gelu_chains
 from .ir import Graph, Node
+from .quant_lookup import fuse_lookup_tables
 
 AFFINE = "svod.Affine"
 #: Ops whose lowering applies a fused activation to what they write.
@@ -43,6 +47,7 @@ SILU = "SiLU"
 def run_passes(graph: Graph) -> Graph:
     for step in (
         drop_inference_noops,
+        fuse_lookup_tables,
         fuse_gelu_chains,
         normalize_gemm,
         to_affine,

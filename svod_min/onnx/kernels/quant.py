@@ -54,3 +54,20 @@ def quant_kernel(
         chunks,
         rows_first=True,
     )
+
+
+def lookup_kernel(xtype: str, ytype: str, total: int) -> CKernel:
+    """``svod.Lookup8``: ``total`` 8-bit ``xtype`` bytes mapped through a 256-entry table of ``ytype``
+    (``templates/lookup8.c.j2``)."""
+    if xtype not in ("int8", "uint8") or ytype not in ("int8", "uint8"):
+        raise KeyError((xtype, ytype))
+    chunks, per = share(total, 1)
+    body = render(
+        "lookup8.c.j2",
+        X=QUANT_TYPES[xtype][0],
+        Y=QUANT_TYPES[ytype][0],
+        signed=xtype == "int8",
+        total=total,
+        per=per,
+    )
+    return make_kernel("lut8", body, [total, total, 256], chunks, rows_first=True)

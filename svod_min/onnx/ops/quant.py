@@ -6,6 +6,9 @@ QuantizeLinear rounds to the integer dtype and DequantizeLinear turns it back in
 as onnxruntime's CPU kernels do, so the model sees the same quantization error it was calibrated with. Scales are
 float32; they and the zero points are read from buffers, constants (as quantize_static writes them) or run-time
 tensors alike.
+
+``svod.Lookup8`` (frontend/quant_lookup.py) is an 8-bit elementwise cone of such a model computed at build as a
+256-entry table: one byte read, one written per element.
 """
 
 from __future__ import annotations
@@ -15,8 +18,9 @@ from typing import Optional, Tuple
 import numpy as np
 
 from ..frontend.ir import Graph, Node, normalize_axis
+from ..frontend.quant_lookup import LOOKUP
 from ..frontend.table import ANY, one_of, register
-from ..kernels.quant import quant_kernel
+from ..kernels.quant import lookup_kernel, quant_kernel
 from .lowering import Lowering
 
 #: The integer dtypes QuantizeLinear writes and DequantizeLinear reads (int32: DequantizeLinear only, for biases).
@@ -117,3 +121,9 @@ register(
     block_size=ANY,
     output_dtype=one_of(0, 1),
 )(_lower)
+
+
+@register([LOOKUP], "an 8-bit elementwise cone of a QDQ model as a 256-entry table (frontend/quant_lookup.py)")
+def _lower_lookup(L: Lowering, node: Node) -> None:
+    x, table, y = node.inputs[0], node.inputs[1], node.outputs[0]
+    L.source(lookup_kernel(L.value(x).dtype, L.value(y).dtype, L.value(y).size), [y, x, table])
