@@ -468,3 +468,32 @@ def test_per_row_a_scale_is_refused_by_name(tmp_path: Any) -> None:
     model = _model(helper.make_node("QLinearMatMul", list(feeds), ["y"]), feeds, {})
     with pytest.raises(UnsupportedModelError, match=r"QLinearMatMul.*'a_scale' has shape \[4\]; only one value"):
         build_and_load(model, str(tmp_path))
+
+
+@pytest.mark.parametrize(
+    "xdt,c,hw,k,stride,pad",
+    [
+        ("uint8", 5, [9, 23], 1, 1, 0),  # a 1x1 convolution: each panel one contiguous run of the plane
+        ("int8", 3, [10, 13], 1, 1, 0),  # K = 3: a partial group of four rows, 130 pixels: a partial last panel
+        ("uint8", 4, [7, 37], 3, 1, 1),  # runs of 36 bytes, and of fewer than 16 and 8 where a panel splits a row
+        ("int8", 4, [12, 19], 3, 2, 1),  # stride 2: strided runs
+        ("uint8", 6, [8, 20], 1, 2, 0),  # a 1x1 convolution with stride 2 walks output rows
+    ],
+)
+def test_convinteger_patch_packing_geometries(
+    xdt: str, c: int, hw: List[int], k: int, stride: int, pad: int, tmp_path: Any
+) -> None:
+    # the int8 convolution's patch packer (templates/qpack_conv.c.j2) against numpy's exact integer convolution,
+    # over the run lengths and panel splits its copy paths take; its own generator keeps the module's RNG order
+    rng = np.random.default_rng(4242)
+    info = np.iinfo(xdt)
+    x = rng.integers(int(info.min), int(info.max) + 1, [2, c] + hw).astype(xdt)
+    w = rng.integers(-128, 128, [7, c, k, k]).astype(np.int8)
+    xz = np.array(rng.integers(int(info.min), int(info.max) + 1), xdt)
+    feeds = {"x": x, "w": w}
+    node = helper.make_node(
+        "ConvInteger", ["x", "w", "xz"], ["y"], pads=[pad] * 4, strides=[stride, stride], kernel_shape=[k, k]
+    )
+    got = _svod(_model(node, feeds, {"xz": xz}, 10), feeds, tmp_path)
+    want = conv_ref.conv2d(x.astype(np.int64) - int(xz), w.astype(np.int64), (stride, stride), [pad] * 4)
+    np.testing.assert_array_equal(got, want)

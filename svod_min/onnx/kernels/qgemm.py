@@ -6,7 +6,7 @@ for a constant B (:func:`pack_b`) or by a run-time kernel (``templates/qpack.c.j
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Tuple
+from typing import Dict, Tuple
 
 import numpy as np
 
@@ -150,6 +150,16 @@ def int8_pack(k: int, n: int, batches: int, b: str) -> CKernel:
     return make_kernel("qpack", body, [packed, sums, batches * k * n], chunks, rows_first=True)
 
 
+def _pack_window(g: ConvGeom) -> Dict[str, int]:
+    """The window the patch packer walks: a 1x1 convolution with unit strides and no padding reads each channel's
+    plane in output order, so the plane is one row of H*W pixels and every panel one contiguous run."""
+    window = g.window()
+    if (g.kh, g.kw, g.sh, g.sw, g.pt, g.pl, g.pb, g.pr) == (1, 1, 1, 1, 0, 0, 0, 0):
+        plane = g.h * g.w
+        window.update(h=1, w=plane, oh=1, ow=plane)
+    return window
+
+
 def int8_pack_conv(g: ConvGeom, x: str) -> CKernel:
     """The patches of ConvInteger's input ``x`` (one group; int8/uint8) packed as the int8 GEMM's B, one matrix
     [C*KH*KW, OH*OW] per image. Buffers: packed B, column sums, x, x's zero point."""
@@ -167,7 +177,7 @@ def int8_pack_conv(g: ConvGeom, x: str) -> CKernel:
         panel_bytes=panel_bytes(k),
         flip_byte=0x80 if x == "uint8" else 0,
         c=g.c,
-        **g.window(),
+        **_pack_window(g),
     )
     packed, sums = packed_sizes(k, n, g.n)
     return make_kernel("qpackconv", body, [packed, sums, g.n * g.c * g.h * g.w, 1], chunks, rows_first=True)
