@@ -8,7 +8,9 @@ agree within one quantum and exactly on nearly every byte."""
 
 from __future__ import annotations
 
+import json
 import os
+import zipfile
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import pytest
@@ -18,11 +20,14 @@ onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-from support.onnx_models import build_and_load, run_ort  # noqa: E402
+from support.onnx_models import build_and_load, host_target, run_ort  # noqa: E402
 
+from svod_min import load_model  # noqa: E402
+from svod_min.onnx import build_onnx  # noqa: E402
 from svod_min.onnx.build import prepared_graph  # noqa: E402
 from svod_min.onnx.frontend.parse import read_graph  # noqa: E402
 from svod_min.onnx.frontend.quant_lookup import LOOKUP  # noqa: E402
+from svod_min.onnx.frontend.ranged import DimRange  # noqa: E402
 from svod_min.onnx.frontend.table import OPS  # noqa: E402
 
 ELEM = {"uint8": TensorProto.UINT8, "int8": TensorProto.INT8}
@@ -49,12 +54,13 @@ def _model(
     outputs: Sequence[str] = ("y",),
     extra: Optional[Dict[str, Any]] = None,
     domains: Sequence[Tuple[str, int]] = (),
+    shape: Sequence[Any] = SHAPE,
 ) -> Any:
     consts = dict(_consts(dtype), **(extra or {}))
     graph = helper.make_graph(
         nodes,
         "t",
-        [helper.make_tensor_value_info(n, ELEM[dtype], SHAPE) for n in inputs],
+        [helper.make_tensor_value_info(n, ELEM[dtype], list(shape)) for n in inputs],
         [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outputs],
         [numpy_helper.from_array(v, n) for n, v in consts.items()],
     )
@@ -99,7 +105,7 @@ def _check(model: Any, tmp_path: Any, feeds: Dict[str, Any], exact_share: float 
         assert np.mean(diff == 0) >= exact_share, (out.name, float(np.mean(diff == 0)))
 
 
-def _silu(dtype: str) -> Any:
+def _silu(dtype: str, shape: Sequence[Any] = SHAPE) -> Any:
     nodes = [
         _dq("x", "xf"),
         helper.make_node("Sigmoid", ["xf"], ["sig"]),
@@ -108,7 +114,7 @@ def _silu(dtype: str) -> Any:
         helper.make_node("Mul", ["xf", "sig_f"], ["m"]),
         _q("m", "y"),
     ]
-    return _model(nodes, dtype)
+    return _model(nodes, dtype, shape=shape)
 
 
 def _unary(op: str, dtype: str, **attrs: Any) -> Any:
@@ -207,3 +213,37 @@ def test_shared_leaf_dequantize_stays_for_its_other_reader(tmp_path: Any) -> Non
     ops = _lowered_ops(model, tmp_path)
     assert ops.count(LOOKUP) == 1 and "Sigmoid" not in ops and "DequantizeLinear" in ops
     _check(model, tmp_path, {"x": _every_byte("uint8", 10)})
+
+
+def test_lookup_in_a_ranged_batch_build_runs_the_bound_rows(tmp_path: Any) -> None:
+    """A lookup of several calls per batch row (65,536 bytes a row) in a build for 1..5 rows: run at 5, 1, 3 and 5
+    rows (a later run must not see rows an earlier one left), each within one quantum of onnxruntime."""
+    model = _silu("int8", ["N", 64, 1024])
+    path, bundle = os.path.join(str(tmp_path), "r.onnx"), os.path.join(str(tmp_path), "r.svod")
+    onnx.save(model, path)
+    build_onnx(path, bundle, targets=[host_target()], expect=False, dims={"N": DimRange(1, 5)})
+    with zipfile.ZipFile(bundle) as zf:
+        ops = [op for op in json.loads(zf.read("plan.json"))["ops"] if "lut8" in op.get("kernel", "")]
+    assert len(ops) == 1 and "ceildiv" in str(ops[0]["global_size"][0])  # only the bound rows' calls run
+    loaded = load_model(bundle)
+    rng = np.random.default_rng(11)
+    for n in (5, 1, 3, 5):
+        x = rng.integers(-128, 128, [n, 64, 1024]).astype(np.int8)
+        got, want = loaded.run({"x": x})["y"], run_ort(model, {"x": x})[0]
+        assert got.shape == want.shape == (n, 64, 1024)
+        assert np.abs(got.astype(np.int64) - want).max() <= 1
+
+
+def test_inner_pair_read_outside_ends_the_cone_there(tmp_path: Any) -> None:
+    """The 8-bit value between two cones is an output too: two lookups, the second reading it."""
+    nodes = [
+        _dq("x", "xf"),
+        helper.make_node("Sigmoid", ["xf"], ["a"]),
+        _q("a", "a_q", "s_mid", "z_mid"),
+        _dq("a_q", "af", "s_mid", "z_mid"),
+        helper.make_node("HardSwish", ["af"], ["b"]),
+        _q("b", "y"),
+    ]
+    model = _model(nodes, "uint8", outputs=("y", "a_q"))
+    assert _lowered_ops(model, tmp_path) == [LOOKUP, LOOKUP]
+    _check(model, tmp_path, {"x": _every_byte("uint8", 12)})

@@ -60,10 +60,19 @@ def per_tensor(graph: Graph, node: Node) -> bool:
 class Cone:
     """The nodes between one QuantizeLinear and the 8-bit tensors its leaves read, traced back from it."""
 
-    def __init__(self, graph: Graph, producers: Dict[str, Node], stops: Set[str]) -> None:
+    def __init__(
+        self,
+        graph: Graph,
+        producers: Dict[str, Node],
+        stops: Set[str],
+        walked: Optional[Dict[str, Optional[Cone]]] = None,
+    ) -> None:
         self.graph = graph
         self.producers = producers
         self.stops = stops  # 8-bit values taken as sources, not traced through their QuantizeLinear
+        # inner pairs' cones by their 8-bit value, None where not one, shared by one trace's cones: a value two
+        # branches reach is traced once
+        self.walked: Dict[str, Optional[Cone]] = {} if walked is None else walked
         self.nodes: Dict[int, Node] = {}
         self.leaves: Dict[int, Node] = {}
         self.sources: Set[str] = set()
@@ -102,9 +111,12 @@ class Cone:
         byte = node.inputs[0]
         q = self.producers.get(byte)
         if q is not None and byte not in self.stops and q.op == "QuantizeLinear" and per_tensor(self.graph, q):
-            inner = Cone(self.graph, self.producers, self.stops)
-            if inner.trace(q.inputs[0], shape):
-                self._merge(inner)
+            if byte not in self.walked:
+                inner = Cone(self.graph, self.producers, self.stops, self.walked)
+                self.walked[byte] = inner if inner.trace(q.inputs[0], shape) else None
+            inner_cone = self.walked[byte]
+            if inner_cone is not None:
+                self._merge(inner_cone)
                 self.nodes[id(q)] = q
                 self.nodes[id(node)] = node
                 self.pairs.add(byte)
