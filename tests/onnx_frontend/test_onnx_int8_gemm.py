@@ -48,12 +48,17 @@ CASES = [
     ([2, 1, 5, 9], "int8", [3, 9, 33], "int8", False, False, True),
     ([1, 12, 130], "uint8", [130, 70], "uint8", False, True, True),
     ([10], "uint8", [10, 3], "int8", True, True, False),
+    # the last tile's rows in tiles of 4, 2 and 1: M = 10 (6 + 4), 9 (6 + 2 + 1), 8 (6 + 2)
+    ([10, 19], "uint8", [19, 40], "int8", True, True, False),
+    ([2, 9, 33], "int8", [33, 20], "uint8", True, False, True),
+    ([8, 12], "uint8", [2, 12, 70], "int8", False, True, True),
 ]
 
 #: ConvInteger cases: (x shape, x dtype, w shape, w dtype, attributes, w's zero point per output channel)
 CONVS = [
     ([2, 3, 7, 9], "uint8", [5, 3, 3, 2], "int8", dict(pads=[1, 0, 2, 1], strides=[2, 1], dilations=[1, 2]), True),
     ([1, 4, 11, 13], "int8", [7, 4, 3, 3], "uint8", dict(pads=[1, 1, 1, 1]), False),
+    ([1, 5, 9, 10], "uint8", [16, 5, 3, 3], "int8", dict(pads=[1, 1, 1, 1]), True),  # 16 channels: 6 + 6 + 4
 ]
 
 
