@@ -167,7 +167,8 @@ Conversion = Tuple[str, Callable[[Any], Any]]
 def conversions() -> List[Conversion]:
     """The conversions users run on a float model that can be made on this host: float16 (onnxconverter-common,
     graph inputs and outputs kept float32 as its ``keep_io_types`` does) and int8 (onnxruntime's
-    ``quantize_dynamic``: DynamicQuantizeLinear, MatMulInteger and ConvInteger)."""
+    ``quantize_dynamic``: DynamicQuantizeLinear, MatMulInteger and ConvInteger; ``quantize_static``: the QDQ form,
+    calibrated on seeded random inputs)."""
     out: List[Conversion] = []
     try:
         from onnxconverter_common import float16  # noqa: F401
@@ -179,6 +180,7 @@ def conversions() -> List[Conversion]:
         import onnxruntime.quantization  # noqa: F401
 
         out.append(("int8-dynamic", _quantize_dynamic))
+        out.append(("int8-static", _quantize_static))
     except ImportError:
         pass
     return out
@@ -217,6 +219,50 @@ def _quantize_dynamic(model: Any) -> Any:
         src, dst = os.path.join(tmp, "float.onnx"), os.path.join(tmp, "int8.onnx")
         onnx.save(model, src)
         quantize_dynamic(src, dst, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "Conv"])
+        return onnx.load(dst)
+
+
+#: Seeded random inputs the static quantization calibrates its activation ranges on.
+CALIBRATION_SAMPLES = 4
+
+
+def _quantize_static(model: Any) -> Any:
+    """onnxruntime's ``quantize_static`` in QDQ form, as its docs show it: uint8 activations, int8 weights per
+    output channel, ranges calibrated (MinMax) on :data:`CALIBRATION_SAMPLES` seeded uniform [0, 1) inputs of the
+    model's fixed input shapes."""
+    import tempfile
+
+    import numpy as np
+    import onnx
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    rng = np.random.default_rng(0)
+    inits = {t.name for t in model.graph.initializer}
+    inputs = [(i.name, [d.dim_value for d in i.type.tensor_type.shape.dim]) for i in model.graph.input]
+    feeds = [
+        {name: rng.random(shape, dtype=np.float32) for name, shape in inputs if name not in inits}
+        for _ in range(CALIBRATION_SAMPLES)
+    ]
+
+    class Samples(CalibrationDataReader):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.left = iter(feeds)
+
+        def get_next(self) -> Any:
+            return next(self.left, None)
+
+    with tempfile.TemporaryDirectory(prefix="svod-zoo-") as tmp:
+        src, dst = os.path.join(tmp, "float.onnx"), os.path.join(tmp, "int8.onnx")
+        onnx.save(model, src)
+        quantize_static(
+            src,
+            dst,
+            Samples(),
+            quant_format=QuantFormat.QDQ,
+            activation_type=QuantType.QUInt8,
+            weight_type=QuantType.QInt8,
+            per_channel=True,
+        )
         return onnx.load(dst)
 
 
