@@ -165,12 +165,16 @@ def test_chain_of_cones_merges_into_one_lookup(tmp_path: Any) -> None:
     _check(model, tmp_path, {"x": _every_byte("int8", 3)})
 
 
-def test_qlinear_sigmoid_is_one_lookup(tmp_path: Any) -> None:
-    node = helper.make_node("QLinearSigmoid", ["x", "s_in", "z_in", "s_out", "z_out"], ["y"], domain="com.microsoft")
-    model = _model([node], "uint8", domains=[("com.microsoft", 1)])
-    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", TensorProto.UINT8, SHAPE))  # no inference
+@pytest.mark.parametrize(
+    "op,attrs,dtype", [("QLinearSigmoid", {}, "uint8"), ("QLinearLeakyRelu", {"alpha": 0.2}, "int8")]
+)
+def test_qlinear_contrib_op_is_one_lookup(op: str, attrs: Dict[str, Any], dtype: str, tmp_path: Any) -> None:
+    ins = ["x", "s_in", "z_in", "s_out", "z_out"]
+    node = helper.make_node(op, ins, ["y"], domain="com.microsoft", **attrs)
+    model = _model([node], dtype, domains=[("com.microsoft", 1)])
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", ELEM[dtype], SHAPE))  # no inference
     assert _lowered_ops(model, tmp_path) == [LOOKUP]
-    _check(model, tmp_path, {"x": _every_byte("uint8", 4)})
+    _check(model, tmp_path, {"x": _every_byte(dtype, 4)})
 
 
 def _no_lookup(model: Any, tmp_path: Any, feeds: Dict[str, Any]) -> None:
