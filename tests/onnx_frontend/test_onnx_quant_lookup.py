@@ -210,10 +210,13 @@ def test_non_scalar_constant_operand_is_not_a_lookup(tmp_path: Any) -> None:
     _no_lookup(model, tmp_path, {"x": _every_byte("uint8", 9)})
 
 
-def test_shared_leaf_dequantize_stays_for_its_other_reader(tmp_path: Any) -> None:
+@pytest.mark.parametrize("also_output", [False, True])
+def test_shared_leaf_dequantize_stays_for_its_other_reader(also_output: bool, tmp_path: Any) -> None:
+    """A leaf DequantizeLinear read outside the cone (by a Relu, or as a graph output) stays beside the lookup."""
     nodes = [_dq("x", "xf"), helper.make_node("Sigmoid", ["xf"], ["a"]), _q("a", "y")]
-    nodes.append(helper.make_node("Relu", ["xf"], ["z"]))
-    model = _model(nodes, "uint8", outputs=("y", "z"))
+    if not also_output:
+        nodes.append(helper.make_node("Relu", ["xf"], ["z"]))
+    model = _model(nodes, "uint8", outputs=("y", "xf" if also_output else "z"))
     ops = _lowered_ops(model, tmp_path)
     assert ops.count(LOOKUP) == 1 and "Sigmoid" not in ops and "DequantizeLinear" in ops
     _check(model, tmp_path, {"x": _every_byte("uint8", 10)})

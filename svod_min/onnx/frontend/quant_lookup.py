@@ -203,8 +203,9 @@ def _replace(graph: Graph, q: Node, cone: Cone, readers: Dict[str, List[Node]], 
     name = graph.add_const(q.outputs[0] + "~table", table)
     lookup = Node(LOOKUP, q.name, q.index, [source, name], [q.outputs[0]], {})
     for node in ordered:
-        outside = id(node) in cone.leaves and any(id(r) not in cone.nodes for r in readers.get(node.outputs[0], []))
-        if not outside:
+        out = node.outputs[0]
+        outside = out in graph.outputs or any(id(r) not in cone.nodes for r in readers.get(out, []))
+        if not (id(node) in cone.leaves and outside):
             removed.add(id(node))
     for node in ordered:
         for i in node.inputs:
