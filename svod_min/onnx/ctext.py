@@ -5,7 +5,14 @@ from __future__ import annotations
 import math
 
 #: C type of each run-time dtype a generated kernel reads or writes.
-C_TYPES = {"float32": "float", "bool": "unsigned char", "int64": "long long", "int32": "int"}
+C_TYPES = {
+    "float32": "float",
+    "bool": "unsigned char",
+    "int64": "long long",
+    "int32": "int",
+    "int8": "signed char",
+    "uint8": "unsigned char",
+}
 
 
 def flt(value: float) -> str:

@@ -29,6 +29,7 @@ from .ir import Graph, Node, Value
 from .loops import unroll_loop, unroll_scan
 from .pins import deciding_inputs, pin_inputs, resolve_pins
 from .quant_fold import dequantize_constant, fuse_qdq_groups, quantize_constant
+from .quant_movement import move_quantized
 from .selected_shapes import DeclaredShapes, selected_shapes
 from .table import OpSpec
 
@@ -468,6 +469,7 @@ def read_graph(
     if table is not None:
         set_default_attributes(model, opset, table)
     if opset >= 10:  # QLinearMatMul's first opset
+        move_quantized(model)  # first: a Concat's or MaxPool's DequantizeLinear outputs then feed the groups
         fuse_qdq_groups(model)
     model = fold_constants(model, opset)
     for _ in range(ROUNDS if table is not None else 0):

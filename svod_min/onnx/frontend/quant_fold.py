@@ -124,7 +124,7 @@ def fuse_qdq_groups(model: Any) -> int:
         keep = [n for n in graph.node if id(n) not in drop]
         del graph.node[:]
         graph.node.extend(keep)
-        _drop_unread_dequantize(graph)
+        drop_unread_dequantize(graph)
     return len(fused)
 
 
@@ -231,7 +231,7 @@ def _q_args(node: Any, inits: Dict[str, Any]) -> Optional[Tuple[str, str]]:
     return node.input[1], node.input[2]
 
 
-def _drop_unread_dequantize(graph: Any) -> None:
+def drop_unread_dequantize(graph: Any) -> None:
     """Drop DequantizeLinear nodes whose outputs nothing reads (a group's, once rewritten), repeatedly."""
     while True:
         read = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}

@@ -74,15 +74,31 @@ def _wants_indices(node: Node) -> bool:
     strides=ANY,
 )
 def lower_pool(L: Lowering, node: Node) -> None:
-    xs = L.value(node.inputs[0]).shape
+    xs, dtype = L.value(node.inputs[0]).shape, L.value(node.inputs[0]).dtype
     kind, include = "max" if node.op == "MaxPool" else "avg", bool(node.attrs.get("count_include_pad", 0))
-    if len(xs) == 5 or L.value(node.inputs[0]).dtype != "float32" or _wants_indices(node):
+    if len(xs) == 5 or dtype not in ("float32", "int8", "uint8") or _wants_indices(node):
         lower_pool_nd(L, node, kind, include)
         return
     g = geometry(L, node, node.attrs["kernel_shape"], xs[1])
+    if dtype != "float32":  # a QDQ model's MaxPool on its bytes (frontend/quant_movement.py)
+        lower_byte_max_pool(L, node, g)
+        return
     if lower_pool_library(L, node, g):
         return
     kernel = pool_kernels.pool2d(g, kind, include) or pool_kernels.pool2d_taps(g, kind, include)
+    L.source(kernel, [node.outputs[0], node.inputs[0]])
+
+
+def lower_byte_max_pool(L: Lowering, node: Node, g: ConvGeom) -> None:
+    """An int8/uint8 MaxPool through the separable float kernels (every byte is exact in float) where each window
+    holds an input element: undilated, the leading pads short of the window and the last window starting inside
+    the input (the kernels' padding value, -inf, then never reaches a store); else the per-tap kernel."""
+    starts_inside = (g.oh - 1) * g.sh - g.pt < g.h and (g.ow - 1) * g.sw - g.pl < g.w
+    inside = (g.dh, g.dw) == (1, 1) and g.pt < g.kh and g.pl < g.kw and starts_inside
+    kernel = pool_kernels.pool2d(g, "max", False, dtype=L.value(node.inputs[0]).dtype) if inside else None
+    if kernel is None:
+        lower_pool_nd(L, node, "max", False)
+        return
     L.source(kernel, [node.outputs[0], node.inputs[0]])
 
 
