@@ -8,8 +8,9 @@ so such an object (tinygrad's half kernels) would not load. :data:`HELPERS_C` de
 architecture's ``runtime.o`` beside the native replay runner, and :func:`helper_address` maps that
 object once and answers for these names only after the host libraries had no answer.
 
-``svod_int8_isa`` (weak in the int8 GEMM, onnx/kernels/templates/qgemm.c.j2) says which VNNI forms this CPU runs,
-from ``/proc/cpuinfo``'s flags (:func:`int8_isa`); ``SVOD_INT8_VNNI=0`` makes it 0, the portable path.
+``svod_int8_isa`` (weak in the int8 GEMM, onnx/kernels/templates/qgemm.c.j2, and the 8-bit table lookup,
+lookup8.c.j2) says which VNNI forms and whether AVX512-VBMI this CPU runs, from ``/proc/cpuinfo``'s flags
+(:func:`int8_isa`); ``SVOD_INT8_VNNI=0`` makes it 0, the portable paths.
 
 ``svod_stream_bytes`` (weak in the kernels' prelude) is the output size from which elementwise
 kernels write with streaming stores on x86-64: half the last-level cache (an add's two inputs and
@@ -38,8 +39,13 @@ HELPER_NAMES = RUNTIME_NAMES | TUNABLE_NAMES
 STREAM_BYTES_ENV = "SVOD_STREAM_BYTES"
 #: Off: the int8 GEMM (onnx/kernels/templates/qgemm.c.j2) takes its portable C path on every CPU.
 INT8_VNNI_ENV = "SVOD_INT8_VNNI"
-#: svod_int8_isa's bits and the /proc/cpuinfo flags each needs: AVX512-VNNI on zmm, AVX-VNNI on ymm.
-INT8_ISA_BITS = ((1, ("avx512_vnni", "avx512bw", "avx512vl", "avx512f")), (2, ("avx_vnni", "avx2")))
+#: svod_int8_isa's bits and the /proc/cpuinfo flags each needs: AVX512-VNNI on zmm, AVX-VNNI on ymm (the int8
+#: GEMM), AVX512-VBMI's byte permutes (the 8-bit table lookup, templates/lookup8.c.j2).
+INT8_ISA_BITS = (
+    (1, ("avx512_vnni", "avx512bw", "avx512vl", "avx512f")),
+    (2, ("avx_vnni", "avx2")),
+    (4, ("avx512vbmi", "avx512bw", "avx512f")),
+)
 DEFAULT_STREAM_BYTES = 16 << 20
 #: Where Linux lists cpu0's caches (index0, index1...: type, size, level).
 CACHE_DIR = "/sys/devices/system/cpu/cpu0/cache"

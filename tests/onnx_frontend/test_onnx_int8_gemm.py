@@ -189,6 +189,7 @@ def test_isa_bits_follow_cpuinfo_flags(monkeypatch: Any) -> None:
     assert int8_isa(frozenset({"avx512_vnni", "avx512bw", "avx512vl", "avx512f", "avx_vnni", "avx2"})) == 3
     assert int8_isa(frozenset({"avx_vnni", "avx2"})) == 2
     assert int8_isa(frozenset({"avx512f", "avx512bw", "avx512vl", "avx2"})) == 0  # AVX-512 without VNNI
+    assert int8_isa(frozenset({"avx512f", "avx512bw", "avx512vbmi"})) == 4  # the byte permutes of the table lookup
     monkeypatch.setenv("SVOD_INT8_VNNI", "0")
     assert int8_isa(frozenset({"avx_vnni", "avx2"})) == 0
 

@@ -254,3 +254,32 @@ def test_inner_pair_read_outside_ends_the_cone_there(tmp_path: Any) -> None:
     model = _model(nodes, "uint8", outputs=("y", "a_q"))
     assert _lowered_ops(model, tmp_path) == [LOOKUP, LOOKUP]
     _check(model, tmp_path, {"x": _every_byte("uint8", 12)})
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+def test_vbmi_and_portable_lookups_agree(dtype: str, tmp_path: Any, monkeypatch: Any) -> None:
+    # the AVX512-VBMI way (64 bytes at a time, bit 4 of svod_int8_isa) and the byte loop give the same bytes, on a
+    # length no multiple of 64 (the tail runs the loop); each against the table the build computed
+    from svod_min.jit_loader.rt_helpers import int8_isa, set_int8_isa
+
+    if not int8_isa() & 4:
+        pytest.skip("this CPU has no AVX512-VBMI")
+    monkeypatch.setenv("SVOD_TARGET", "x86_64-v4")
+    model = _silu(dtype, [1, 5, 61])
+    rng = np.random.default_rng(11)
+    info = np.iinfo(dtype)
+    x = rng.integers(int(info.min), int(info.max) + 1, [1, 5, 61]).astype(dtype)
+    path = os.path.join(str(tmp_path), "silu.onnx")
+    onnx.save(model, path)
+    bundle = os.path.join(str(tmp_path), "silu.svod")
+    build_onnx(path, bundle, targets=["x86_64-v4"], expect=False)
+    got = {}
+    for bits in (0, 4):
+        old = set_int8_isa(bits)
+        try:
+            got[bits] = load_model(bundle).run({"x": x})["y"]
+        finally:
+            set_int8_isa(old)
+    np.testing.assert_array_equal(got[4], got[0])
+    table = np.array([got[0].reshape(-1)[np.flatnonzero(x.reshape(-1) == v)[0]] for v in np.unique(x)])
+    assert len(set(table.tolist())) > 16  # the cone's bytes vary: a lookup that ignored its input would not
