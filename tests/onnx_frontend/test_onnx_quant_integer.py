@@ -497,3 +497,34 @@ def test_convinteger_patch_packing_geometries(
     got = _svod(_model(node, feeds, {"xz": xz}, 10), feeds, tmp_path)
     want = conv_ref.conv2d(x.astype(np.int64) - int(xz), w.astype(np.int64), (stride, stride), [pad] * 4)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(
+    "xdt,c,hw,k,stride,pads,dil",
+    [
+        ("uint8", 4, [7, 37], [3, 3], 1, [1, 1, 1, 1], 1),  # runs cut by panels; every quad of one tap copied whole
+        ("int8", 8, [12, 19], [3, 3], 2, [1, 1, 1, 1], 1),  # stride 2: strided words
+        ("uint8", 12, [9, 10], [5, 5], 1, [2, 0, 1, 3], 2),  # dilated, uneven pads: taps wholly in the padding
+        ("int8", 4, [1, 70], [1, 3], 1, [0, 1, 0, 1], 1),  # a 1-D window (H = 1)
+    ],
+)
+def test_convinteger_tap_major_packing(
+    xdt: str, c: int, hw: List[int], k: List[int], stride: int, pads: List[int], dil: int, tmp_path: Any
+) -> None:
+    # constant weights and C a multiple of 4: the patches are packed tap-major from the input's channel quads
+    # (templates/qquad.c.j2, qpack_taps.c.j2) and the weights' rows reordered to match; numpy's exact convolution
+    # is the reference, over two images
+    rng = np.random.default_rng(977)
+    info = np.iinfo(xdt)
+    x = rng.integers(int(info.min), int(info.max) + 1, [2, c] + hw).astype(xdt)
+    w = rng.integers(-128, 128, [9, c] + k).astype(np.int8)
+    xz = np.array(rng.integers(int(info.min), int(info.max) + 1), xdt)
+    attrs = dict(pads=pads, strides=[stride, stride], dilations=[dil, dil], kernel_shape=k)
+    node = helper.make_node("ConvInteger", ["x", "w", "xz"], ["y"], **attrs)
+    model = _model(node, {"x": x}, {"w": w, "xz": xz}, 10)
+    loaded = build_and_load(model, str(tmp_path), "taps")
+    got = loaded.run({"x": x})["y"]
+    want = conv_ref.conv2d(x.astype(np.int64) - int(xz), w.astype(np.int64), (stride, stride), pads, (dil, dil))
+    np.testing.assert_array_equal(got, want)
+    names = [kernel.entry_point for kernel in loaded.loaded.plan.kernels()]
+    assert any("qpacktaps" in n for n in names) and any("qquad" in n for n in names), names

@@ -181,3 +181,67 @@ def int8_pack_conv(g: ConvGeom, x: str) -> CKernel:
     )
     packed, sums = packed_sizes(k, n, g.n)
     return make_kernel("qpackconv", body, [packed, sums, g.n * g.c * g.h * g.w, 1], chunks, rows_first=True)
+
+
+#: Pixels per item of the channel-quads kernel.
+QUAD_BLOCK = 256
+
+
+def tap_major(g: ConvGeom) -> bool:
+    """Whether a convolution's patches are packed tap-major from its channel quads (:func:`int8_quads`,
+    :func:`int8_pack_taps`): one group, C a multiple of 4, a window of more than one tap (a 1x1 window packs its
+    plane directly, :func:`int8_pack_conv`)."""
+    return g.groups == 1 and g.c % 4 == 0 and g.kh * g.kw > 1
+
+
+def int8_quads(g: ConvGeom, x: str) -> CKernel:
+    """x [N, C, H, W] (int8/uint8, C a multiple of 4) as 32-bit words of 4 channels [N, C/4, H*W] and each pixel's
+    channel sum [N, H*W] (``templates/qquad.c.j2``). Buffers: words, sums, x."""
+    hw = g.h * g.w
+    blocks = -(-hw // QUAD_BLOCK)
+    items = g.n * blocks
+    chunks, per = share(items, QUAD_BLOCK * g.c)
+    body = render(
+        "qquad.c.j2",
+        X=QUANT_TYPES[x][0],
+        items=items,
+        per=per,
+        blocks=blocks,
+        block=QUAD_BLOCK,
+        hw=hw,
+        c=g.c,
+        quads=g.c // 4,
+        flip_byte=0x80 if x == "uint8" else 0,
+    )
+    return make_kernel("qquad", body, [g.n * g.c * hw // 4, g.n * hw, g.n * g.c * hw], chunks, rows_first=True)
+
+
+def int8_pack_taps(g: ConvGeom, x: str) -> CKernel:
+    """The patches of a :func:`tap_major` convolution packed as the int8 GEMM's B, rows k = (ki, kj, c), from the
+    input's channel quads (``templates/qpack_taps.c.j2``). Buffers: packed B, column sums, quads, channel sums,
+    x's zero point."""
+    k, n = g.c * g.kh * g.kw, g.oh * g.ow
+    items = g.n * panels(n)
+    chunks, per = share(items, PANEL_COLUMNS * k // 4)
+    body = render(
+        "qpack_taps.c.j2",
+        X=QUANT_TYPES[x][0],
+        items=items,
+        per=per,
+        panels=panels(n),
+        panel_bytes=panel_bytes(k),
+        c=g.c,
+        quads=g.c // 4,
+        flip_byte=0x80 if x == "uint8" else 0,
+        **g.window(),
+    )
+    packed, sums = packed_sizes(k, n, g.n)
+    hw = g.h * g.w
+    return make_kernel("qpacktaps", body, [packed, sums, g.n * g.c * hw // 4, g.n * hw, 1], chunks, rows_first=True)
+
+
+def tap_major_weights(w: np.ndarray) -> np.ndarray:
+    """Convolution weights [OC, C, KH(, KW)] with their rows in the tap-major order (ki, kj, c) of
+    :func:`int8_pack_taps`."""
+    w4 = w.reshape(w.shape[0], w.shape[1], w.shape[2], -1)
+    return np.ascontiguousarray(np.transpose(w4, (0, 2, 3, 1)))

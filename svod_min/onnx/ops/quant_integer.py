@@ -21,7 +21,18 @@ from ..frontend.table import ANY, register
 from ..geometry import ConvGeom, broadcast_strides
 from ..kernels.arith import DTYPES, Arith
 from ..kernels.elementwise import elementwise
-from ..kernels.qgemm import GemmShape, int8_gemm, int8_pack, int8_pack_conv, pack_b, packed_sizes
+from ..kernels.qgemm import (
+    GemmShape,
+    int8_gemm,
+    int8_pack,
+    int8_pack_conv,
+    int8_pack_taps,
+    int8_quads,
+    pack_b,
+    packed_sizes,
+    tap_major,
+    tap_major_weights,
+)
 from ..kernels.quant_integer import MatMulShape, int_conv, int_matmul
 from .lowering import Lowering
 from .window import PAD_MODES, geometry
@@ -329,15 +340,20 @@ def _lower_conv_gemm(
     qlinear: list,
 ) -> None:
     """ConvInteger or QLinearConv of one group on the int8 GEMM: per image, the weights [OC, C*KH*KW] (w's zero point
-    and scale per tensor or per row) times the input's patches [C*KH*KW, OH*OW], packed straight from x
-    (kernels/qgemm.py), into NCHW; ``qlinear``: QLinearConv's x_scale, w_scale, y_scale, y's zero point and int32
+    and scale per tensor or per row) times the input's patches [C*KH*KW, OH*OW], into NCHW. The patches are packed
+    straight from x (kernels/qgemm.py), or, for constant weights, C a multiple of 4 and a window of several taps,
+    tap-major from x's channel quads, a packed word copied whole (the weights' rows then reordered at build); ``qlinear``: QLinearConv's x_scale, w_scale, y_scale, y's zero point and int32
     bias (the bias added to the sums, then requantized), or empty."""
     x, w, y = names
     k, n = g.c * g.kh * g.kw, g.oh * g.ow
     np_, ns = packed_sizes(k, n, g.n)
     bp, bsum = L.temp((np_,), "int8", "patches"), L.temp((ns,), "int32", "patch_sums")
     L.follow_batch([bp, bsum], x)  # packed one image after another
-    L.source(int8_pack_conv(g, dtypes[0]), [bp, bsum, x, zps[0]], outputs=(0, 1))
+    weights = L.value(w).const
+    if tap_major(g) and weights is not None:
+        w = _pack_tap_major(L, g, (x, w), zps[0], dtypes[0], (bp, bsum), np.asarray(weights))
+    else:
+        L.source(int8_pack_conv(g, dtypes[0]), [bp, bsum, x, zps[0]], outputs=(0, 1))
     per_row = int(L.value(zps[1]).size != 1)
     scale_rows = int(bool(qlinear) and L.value(qlinear[1]).size != 1)
     sizes = (L.value(w).size, 1, 1)
@@ -346,6 +362,20 @@ def _lower_conv_gemm(
     if qlinear:  # a is w here: a_scale is w_scale, b_scale x_scale
         buffers += [qlinear[1], qlinear[0], qlinear[2], qlinear[3], qlinear[4]]
     L.source(int8_gemm(shape, dtypes[1], dtypes[0], dtypes[2]), buffers)
+
+
+def _pack_tap_major(
+    L: Lowering, g: ConvGeom, xw: Tuple[str, str], xz: str, xdt: str, packed: Tuple[str, str], weights: np.ndarray
+) -> str:
+    """Pack the patches tap-major (each packed word one word of the input's channel quads, copied whole) and return
+    the constant weights with their rows in the same (ki, kj, c) order."""
+    x, w = xw
+    hw = g.h * g.w
+    quads, sums = L.temp((g.n * g.c * hw // 4,), "int32", "channel_quads"), L.temp((g.n * hw,), "int32", "channel_sums")
+    L.follow_batch([quads, sums], x)
+    L.source(int8_quads(g, xdt), [quads, sums, x], outputs=(0, 1))
+    L.source(int8_pack_taps(g, xdt), [packed[0], packed[1], quads, sums, xz], outputs=(0, 1))
+    return L.const(tap_major_weights(weights), w + "~tap_major")
 
 
 register(
