@@ -227,9 +227,10 @@ CALIBRATION_SAMPLES = 4
 
 
 def _quantize_static(model: Any) -> Any:
-    """onnxruntime's ``quantize_static`` in QDQ form, as its docs show it: uint8 activations, int8 weights per
-    output channel, ranges calibrated (MinMax) on :data:`CALIBRATION_SAMPLES` seeded uniform [0, 1) inputs of the
-    model's fixed input shapes."""
+    """onnxruntime's ``quantize_static`` in QDQ form, as its docs show it: the model pre-processed first
+    (``quant_pre_process``: shape inference and onnxruntime's graph optimisations, BatchNormalization folded into
+    Conv), uint8 activations, int8 weights per output channel, ranges calibrated (MinMax) on
+    :data:`CALIBRATION_SAMPLES` seeded uniform [0, 1) inputs of the model's fixed input shapes."""
     import tempfile
 
     import numpy as np
@@ -251,9 +252,12 @@ def _quantize_static(model: Any) -> Any:
         def get_next(self) -> Any:
             return next(self.left, None)
 
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
     with tempfile.TemporaryDirectory(prefix="svod-zoo-") as tmp:
-        src, dst = os.path.join(tmp, "float.onnx"), os.path.join(tmp, "int8.onnx")
-        onnx.save(model, src)
+        raw, src, dst = (os.path.join(tmp, f) for f in ("float.onnx", "pre.onnx", "int8.onnx"))
+        onnx.save(model, raw)
+        quant_pre_process(raw, src)
         quantize_static(
             src,
             dst,
