@@ -528,3 +528,57 @@ def test_convinteger_tap_major_packing(
     np.testing.assert_array_equal(got, want)
     names = [kernel.entry_point for kernel in loaded.loaded.plan.kernels()]
     assert any("qpacktaps" in n for n in names) and any("qquad" in n for n in names), names
+
+
+@pytest.mark.parametrize(
+    "xdt,hw,k,stride,pads,dil,wz_per_channel",
+    [
+        ("uint8", [9, 14], [3, 3], 1, [1, 1, 1, 1], 1, False),
+        ("int8", [12, 11], [5, 5], 2, [2, 1, 2, 3], 1, True),  # uneven pads, stride 2
+        ("uint8", [10, 10], [3, 3], 1, [2, 2, 2, 2], 2, True),  # dilated
+        ("int8", [1, 40], [1, 5], 1, [0, 2, 0, 2], 1, False),  # a 1-D window (H = 1)
+    ],
+)
+def test_convinteger_depthwise(
+    xdt: str, hw: List[int], k: List[int], stride: int, pads: List[int], dil: int, wz_per_channel: bool, tmp_path: Any
+) -> None:
+    # one filter per channel (group = C = OC): the row-by-row depthwise kernel (templates/qdwconv.c.j2) against
+    # numpy's exact grouped convolution, over two images
+    rng = np.random.default_rng(31)
+    c = 6
+    info = np.iinfo(xdt)
+    x = rng.integers(int(info.min), int(info.max) + 1, [2, c] + hw).astype(xdt)
+    w = rng.integers(-128, 128, [c, 1] + k).astype(np.int8)
+    xz = np.array(rng.integers(int(info.min), int(info.max) + 1), xdt)
+    wz = rng.integers(-128, 128, [c] if wz_per_channel else []).astype(np.int8)
+    attrs = dict(pads=pads, strides=[stride, stride], dilations=[dil, dil], kernel_shape=k, group=c)
+    node = helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], **attrs)
+    loaded = build_and_load(_model(node, {"x": x}, {"w": w, "xz": xz, "wz": wz}, 10), str(tmp_path), "dw")
+    got = loaded.run({"x": x})["y"]
+    wd = w.astype(np.int64) - (wz[:, None, None, None] if wz_per_channel else wz)
+    want = conv_ref.conv2d(x.astype(np.int64) - int(xz), wd, (stride, stride), pads, (dil, dil), c)
+    np.testing.assert_array_equal(got, want)
+    assert any("dwconvint" in kernel.entry_point for kernel in loaded.loaded.plan.kernels())
+
+
+@pytest.mark.parametrize("xdt", ["uint8", "int8"])
+def test_qlinearconv_depthwise_as_onnxruntime(xdt: str, tmp_path: Any) -> None:
+    # QLinearConv with one filter per channel, per-channel weight scales and a bias, requantized as onnxruntime
+    rng = np.random.default_rng(32)
+    c = 8
+    info = np.iinfo(xdt)
+    feeds = {"x": rng.integers(int(info.min), int(info.max) + 1, [1, c, 9, 13]).astype(xdt)}
+    consts = {
+        "xs": np.array(0.03, np.float32),
+        "xz": np.array(rng.integers(int(info.min), int(info.max) + 1), xdt),
+        "w": rng.integers(-128, 128, [c, 1, 3, 3]).astype(np.int8),
+        "ws": rng.uniform(0.002, 0.02, [c]).astype(np.float32),
+        "wz": np.zeros([c], np.int8),
+        "ys": np.array(0.05, np.float32),
+        "yz": np.array(rng.integers(int(info.min), int(info.max) + 1), xdt),
+        "b": rng.integers(-3000, 3000, [c]).astype(np.int32),
+    }
+    ins = ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"]
+    node = helper.make_node("QLinearConv", ins, ["y"], pads=[1, 1, 1, 1], strides=[2, 1], group=c)
+    got = _same_as_ort(_model(node, feeds, consts), feeds, tmp_path)
+    assert ((got > info.min) & (got < info.max)).any()

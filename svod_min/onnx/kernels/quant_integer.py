@@ -118,3 +118,54 @@ def int_conv(g: ConvGeom, x: str, w: str, y: str, wzp_per_channel: bool, wscale_
         extents = list(extents) + [1, g.oc if wscale_per_channel else 1, 1, 1, g.oc]
     flops = 2 * rows * g.ow * cg * g.kh * g.kw
     return make_kernel("qconv" if qlinear else "convint", body, extents, chunks, flops=flops)
+
+
+#: The widest padded input line (int32s, on the stack) the depthwise kernel holds, and its widest output row.
+DEPTHWISE_LINE_MAX = 4096
+
+
+def depthwise_line(g: ConvGeom) -> int:
+    """The padded input line of :func:`int_depthwise_conv`: the left padding, the row, and as far as the last
+    output's last tap reaches."""
+    return max(g.pl + g.w, (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1)
+
+
+def takes_depthwise(g: ConvGeom) -> bool:
+    """Whether a convolution runs :func:`int_depthwise_conv`: one filter per channel, lines that fit the stack."""
+    return g.groups == g.c == g.oc > 1 and max(depthwise_line(g), g.ow) <= DEPTHWISE_LINE_MAX
+
+
+def int_depthwise_conv(g: ConvGeom, x: str, w: str, y: str, wzp_per_channel: bool, wscale_per_channel: bool) -> CKernel:
+    """A depthwise ConvInteger or QLinearConv (:func:`takes_depthwise`) row by row, each tap one loop along the row
+    (``templates/qdwconv.c.j2``); the buffers of :func:`int_conv`."""
+    qlinear = y != "int32"
+    planes = g.n * g.c
+    chunks, per = share(planes, g.oh * g.ow * g.kh * g.kw)
+    _, lo, hi = QUANT_TYPES[y]
+    body = render(
+        "qdwconv.c.j2",
+        X=_ctype(x),
+        W=_ctype(w),
+        Y=_ctype(y),
+        qlinear=qlinear,
+        lo=lo,
+        hi=hi,
+        planes=planes,
+        per=per,
+        c=g.c,
+        line=depthwise_line(g),
+        **g.window(),
+        wzn=int(wzp_per_channel),
+        wsn=int(wscale_per_channel),
+    )
+    extents: Sequence[int] = [
+        planes * g.oh * g.ow,
+        planes * g.h * g.w,
+        g.c * g.kh * g.kw,
+        1,
+        g.c if wzp_per_channel else 1,
+    ]
+    if qlinear:
+        extents = list(extents) + [1, g.c if wscale_per_channel else 1, 1, 1, g.c]
+    flops = 2 * planes * g.oh * g.ow * g.kh * g.kw
+    return make_kernel("qdwconv" if qlinear else "dwconvint", body, extents, chunks, flops=flops, rows_first=True)

@@ -33,7 +33,7 @@ from ..kernels.qgemm import (
     tap_major,
     tap_major_weights,
 )
-from ..kernels.quant_integer import MatMulShape, int_conv, int_matmul
+from ..kernels.quant_integer import MatMulShape, int_conv, int_depthwise_conv, int_matmul, takes_depthwise
 from .lowering import Lowering
 from .window import PAD_MODES, geometry
 
@@ -328,7 +328,8 @@ def lower_int_conv(L: Lowering, node: Node) -> None:
     wscale_per_channel = False
     if qlinear:
         wscale_per_channel = L.value(scales[1]).size != 1
-    L.source(int_conv(g, xdt, wdt, ydt, L.value(wz).size != 1, wscale_per_channel), buffers)
+    kernel = int_depthwise_conv if takes_depthwise(g) else int_conv
+    L.source(kernel(g, xdt, wdt, ydt, L.value(wz).size != 1, wscale_per_channel), buffers)
 
 
 def _lower_conv_gemm(
@@ -342,8 +343,9 @@ def _lower_conv_gemm(
     """ConvInteger or QLinearConv of one group on the int8 GEMM: per image, the weights [OC, C*KH*KW] (w's zero point
     and scale per tensor or per row) times the input's patches [C*KH*KW, OH*OW], into NCHW. The patches are packed
     straight from x (kernels/qgemm.py), or, for constant weights, C a multiple of 4 and a window of several taps,
-    tap-major from x's channel quads, a packed word copied whole (the weights' rows then reordered at build); ``qlinear``: QLinearConv's x_scale, w_scale, y_scale, y's zero point and int32
-    bias (the bias added to the sums, then requantized), or empty."""
+    tap-major from x's channel quads, a packed word copied whole (the weights' rows then reordered at build).
+    ``qlinear``: QLinearConv's x_scale, w_scale, y_scale, y's zero point and int32 bias (the bias added to the sums,
+    then requantized), or empty."""
     x, w, y = names
     k, n = g.c * g.kh * g.kw, g.oh * g.ow
     np_, ns = packed_sizes(k, n, g.n)
