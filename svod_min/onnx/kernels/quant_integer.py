@@ -5,7 +5,7 @@ of ``templates/requant.c.j2``. Simple loop nests: correct first, bit for bit onn
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence, Tuple
+from typing import Any, Dict, Sequence, Tuple
 
 from ..geometry import ConvGeom
 from .ckernel import CKernel, make_kernel, render, share
@@ -130,6 +130,21 @@ def depthwise_line(g: ConvGeom) -> int:
     return max(g.pl + g.w, (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1)
 
 
+#: The largest padded plane (int32s, on the stack, beside as many sums) the depthwise kernel takes whole.
+DEPTHWISE_PLANE_MAX = 4096
+
+
+def _padded_plane(g: ConvGeom) -> Dict[str, Any]:
+    """The whole-plane form's sizes (``plane``: whether it applies, stride 1 and small enough): columns ``pw`` (the
+    padded row and as far as the last output's last tap reaches) and the padded plane's int32s with the slack the
+    last row's taps read past it."""
+    pw = max(g.pl + g.w + g.pr, g.ow + (g.kw - 1) * g.dw)
+    rows = max(g.pt + g.h + g.pb, g.oh + (g.kh - 1) * g.dh)
+    padded = rows * pw + (g.kw - 1) * g.dw
+    plane = (g.sh, g.sw) == (1, 1) and max(padded, g.oh * pw) <= DEPTHWISE_PLANE_MAX
+    return {"plane": plane, "pw": pw, "padded": padded}
+
+
 def takes_depthwise(g: ConvGeom) -> bool:
     """Whether a convolution runs :func:`int_depthwise_conv`: one filter per channel, lines that fit the stack."""
     return g.groups == g.c == g.oc > 1 and max(depthwise_line(g), g.ow) <= DEPTHWISE_LINE_MAX
@@ -154,6 +169,7 @@ def int_depthwise_conv(g: ConvGeom, x: str, w: str, y: str, wzp_per_channel: boo
         per=per,
         c=g.c,
         line=depthwise_line(g),
+        **_padded_plane(g),
         **g.window(),
         wzn=int(wzp_per_channel),
         wsn=int(wscale_per_channel),
