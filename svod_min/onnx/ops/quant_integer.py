@@ -356,14 +356,25 @@ def _lower_conv_gemm(
         w = _pack_tap_major(L, g, (x, w), zps[0], dtypes[0], (bp, bsum), np.asarray(weights))
     else:
         L.source(int8_pack_conv(g, dtypes[0]), [bp, bsum, x, zps[0]], outputs=(0, 1))
-    per_row = int(L.value(zps[1]).size != 1)
+    wz, wdt = zps[1], dtypes[1]
+    if wdt == "int8" and L.value(w).const is not None and L.value(wz).const is not None:
+        w, wz, wdt = _as_unsigned(L, w), _as_unsigned(L, wz), "uint8"
+    per_row = int(L.value(wz).size != 1)
     scale_rows = int(bool(qlinear) and L.value(qlinear[1]).size != 1)
     sizes = (L.value(w).size, 1, 1)
     shape = GemmShape(g.oc, k, n, (g.n,), (0,), (1,), g.n, 0, 0, sizes, per_row, scale_rows, bool(qlinear))
-    buffers = [y, w, bp, bsum, zps[1], zps[0]]
+    buffers = [y, w, bp, bsum, wz, zps[0]]
     if qlinear:  # a is w here: a_scale is w_scale, b_scale x_scale
         buffers += [qlinear[1], qlinear[0], qlinear[2], qlinear[3], qlinear[4]]
-    L.source(int8_gemm(shape, dtypes[1], dtypes[0], dtypes[2]), buffers)
+    L.source(int8_gemm(shape, wdt, dtypes[0], dtypes[2]), buffers)
+
+
+def _as_unsigned(L: Lowering, name: str) -> str:
+    """An int8 constant (weights, or their zero point) moved to uint8, each value + 128: the GEMM then reads the
+    weights as the unsigned bytes its VNNI instruction multiplies, with no flip per load (so the compiler
+    broadcasts them straight from memory), and (w + 128) - (wz + 128) = w - wz."""
+    values = np.asarray(L.value(name).const).astype(np.int16) + 128
+    return L.const(values.astype(np.uint8), name + "~unsigned")
 
 
 def _pack_tap_major(
