@@ -38,7 +38,7 @@ Params = Tuple[float, int, str]
 
 def move_quantized(model: Any) -> int:
     """Rewrite each data-movement node of ``model`` (a ModelProto, in place) whose QDQ pairs around it are exact
-    round trips to run on the integer tensors. Returns how many nodes were rewritten."""
+    round trips to run on the integer tensors. Returns how many QuantizeLinear nodes that dropped."""
     graph = model.graph
     inits = {t.name: t for t in graph.initializer}
     producer = {o: n for n in graph.node for o in n.output if o}
