@@ -146,3 +146,42 @@ def _max_pool(x: Any, attrs: Dict[str, Any]) -> Any:
             cols = [j * sw - pl + b * dw for b in range(kw) if 0 <= j * sw - pl + b * dw < w]
             y[:, :, i, j] = x[:, :, rows][:, :, :, cols].max(axis=(2, 3))
     return y
+
+
+def _resize_model(dtype: str, mode: str, qdq: bool) -> Any:
+    """x -> (DQ ->) Resize by scales [1, 1, 2, 3] (-> Q): yolov8's upsampling in QDQ form, or on the bytes."""
+    consts = {"s": np.array(0.05, np.float32), "z": np.array(7, dtype), "scales": np.array([1, 1, 2, 3], np.float32)}
+    resize = helper.make_node("Resize", ["xf" if qdq else "x", "", "scales"], ["rf" if qdq else "y"], mode=mode)
+    nodes = [resize]
+    if qdq:
+        nodes = [helper.make_node("DequantizeLinear", ["x", "s", "z"], ["xf"]), resize]
+        nodes.append(helper.make_node("QuantizeLinear", ["rf", "s", "z"], ["y"]))
+    return _model(nodes, dtype, [1, 3, 5, 7], consts, ["y"])
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+def test_nearest_resize_between_equal_pairs_runs_on_the_bytes(dtype: str, tmp_path: Any) -> None:
+    model = _resize_model(dtype, "nearest", qdq=True)
+    info = np.iinfo(dtype)
+    x = np.random.default_rng(8).integers(int(info.min), int(info.max) + 1, [1, 3, 5, 7]).astype(dtype)
+    _same_as_ort(model, x, tmp_path)
+    assert _lowered_ops(model, tmp_path) == ["Resize"]
+
+
+def test_linear_resize_keeps_its_quantization(tmp_path: Any) -> None:
+    # interpolation makes new values: the pair stays and the Resize runs in float
+    model = _resize_model("uint8", "linear", qdq=True)
+    x = np.random.default_rng(9).integers(0, 256, [1, 3, 5, 7]).astype(np.uint8)
+    ops = _lowered_ops(model, tmp_path)
+    assert "DequantizeLinear" in ops and "QuantizeLinear" in ops
+    want = run_ort(model, {"x": x})[0]
+    got = build_and_load(model, str(tmp_path)).run({"x": x})["y"]
+    assert np.abs(got.astype(np.int64) - want.astype(np.int64)).max() <= 1
+
+
+def test_byte_resize_other_than_nearest_is_refused_by_name(tmp_path: Any) -> None:
+    from svod_min.error import UnsupportedModelError
+
+    model = _resize_model("uint8", "linear", qdq=False)
+    with pytest.raises(UnsupportedModelError, match="int8/uint8 Resize is nearest over the last two axes only"):
+        build_and_load(model, str(tmp_path))

@@ -1,12 +1,13 @@
 """Data movement in a QDQ model runs on the quantized bytes.
 
-``quantize_static`` wraps every op in DequantizeLinear / QuantizeLinear, a Concat, Split, Slice, Reshape, Transpose or
-MaxPool too. Where the op's data inputs are dequantized with one (scale, zero point) and each of its outputs is read
-only by QuantizeLinear nodes with that same pair, the round trip is exact: the op moves (or, for MaxPool, picks the
-largest of) values that are all ``(q - zp) * scale``, and quantizing such a value with the same pair gives ``q``
-back (``(q - zp) * scale / scale`` is within far less than half a unit of the integer ``q - zp``). So the op takes
-the integer tensors and writes the QuantizeLinear nodes' outputs itself; the DequantizeLinear nodes no one reads any
-more are dropped. onnxruntime's QDQ transformations drop these pairs the same way.
+``quantize_static`` wraps every op in DequantizeLinear / QuantizeLinear, a Concat, Split, Slice, Reshape, Transpose,
+MaxPool or nearest Resize too. Where the op's data inputs are dequantized with one (scale, zero point) and each of
+its outputs is read only by QuantizeLinear nodes with that same pair, the round trip is exact: the op moves (or, for
+MaxPool, picks the largest of) values that are all ``(q - zp) * scale``, and quantizing such a value with the same
+pair gives ``q`` back (``(q - zp) * scale / scale`` is within far less than half a unit of the integer ``q - zp``).
+So the op takes the integer tensors and writes the QuantizeLinear nodes' outputs itself (a Resize only in the form
+svod_min resizes bytes: nearest over the last two axes, by constant scales); the DequantizeLinear nodes no one reads
+any more are dropped. onnxruntime's QDQ transformations drop these pairs the same way.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ MOVEMENT: Dict[str, Optional[Tuple[int, ...]]] = {
     "Unsqueeze": (0,),
     "Transpose": (0,),
     "MaxPool": (0,),
+    "Resize": (0,),
 }
 
 #: A per-tensor quantization: scale (float32), zero point and its integer dtype.
@@ -80,6 +82,8 @@ def _round_trip(
     every reader a QuantizeLinear, all with one per-tensor (scale, zero point); else None."""
     if node.op_type not in MOVEMENT or (node.op_type == "MaxPool" and len(node.output) > 1 and node.output[1]):
         return None  # MaxPool's indices are no quantized values
+    if node.op_type == "Resize" and not _nearest_last_two(node, inits):
+        return None  # interpolation makes new values; svod_min's byte Resize is nearest over the last two axes
     found = set()
     for i in _data_inputs(node):
         dq = producer.get(node.input[i])
@@ -100,6 +104,20 @@ def _round_trip(
     if len(found) != 1 or None in found:
         return None
     return quantizers
+
+
+def _nearest_last_two(node: Any, inits: Dict[str, Any]) -> bool:
+    """A Resize that picks values (nearest) and scales only its last two axes, by constant scales (the form
+    ops/resize.py runs on bytes): each output is one of the inputs."""
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    mode = attrs.get("mode", b"nearest")
+    transform = attrs.get("coordinate_transformation_mode", b"half_pixel")
+    if mode not in (b"nearest", "nearest") or transform in (b"tf_crop_and_resize", "tf_crop_and_resize"):
+        return False
+    if "axes" in attrs or len(node.input) < 3 or node.input[2] not in inits:
+        return False
+    scales = numpy_helper.to_array(inits[node.input[2]]).reshape(-1).tolist()
+    return len(scales) >= 2 and all(v == 1.0 for v in scales[:-2]) and all(v != 1.0 for v in scales[-2:])
 
 
 def _params(node: Any, inits: Dict[str, Any]) -> Optional[Params]:

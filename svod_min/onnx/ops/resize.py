@@ -32,11 +32,32 @@ def _input(node: Node, i: int) -> str:
     return node.inputs[i] if len(node.inputs) > i and node.inputs[i] else ""
 
 
+#: The dtypes Resize takes: float32, and the bytes of a quantized model (nearest over the last two axes only).
+RESIZE_DTYPES = ("float32", "int8", "uint8")
+
+
 def _resize_check(graph: Graph, node: Node) -> Optional[str]:
     for i in range(1, len(node.inputs)):
         if node.inputs[i] and not graph.is_const(node.inputs[i]):
             return "roi/scales/sizes must be constants (they are compiled into the kernel)"
+    x = graph.values[node.inputs[0]]
+    if x.dtype != "float32" and not _nearest_2d(graph, node):
+        return "input %r is %s: an int8/uint8 Resize is nearest over the last two axes only" % (x.name, x.dtype)
     return None
+
+
+def _nearest_2d(graph: Graph, node: Node) -> bool:
+    """Whether the node resizes its last two axes (and no other) with nearest sampling: one gather pass, any dtype."""
+    in_shape, out_shape = graph.values[node.inputs[0]].shape, graph.values[node.outputs[0]].shape
+    how = _sampling(graph, node)
+    if how.mode != "nearest" or how.transform == "tf_crop_and_resize" or len(in_shape) < 2:
+        return False
+    return _resized_axes(graph, node, in_shape, out_shape) == [len(in_shape) - 2, len(in_shape) - 1]
+
+
+def _resized_axes(graph: Graph, node: Node, in_shape: Sequence[int], out_shape: Sequence[int]) -> List[int]:
+    scales = _scales(graph, node, in_shape, out_shape)
+    return [a for a in range(len(in_shape)) if in_shape[a] != out_shape[a] or scales[a] != 1.0]
 
 
 def _scales(graph: Graph, node: Node, in_shape: Sequence[int], out_shape: Sequence[int]) -> List[float]:
@@ -185,8 +206,9 @@ def _sampling(graph: Graph, node: Node) -> Sampling:
 @register(
     ["Resize"],
     "separable generated C passes (one per resized axis; nearest over the last two axes in one); "
-    "nearest, linear, cubic; scales/sizes constant",
+    "nearest, linear, cubic; scales/sizes constant; int8/uint8 nearest over the last two axes",
     check=_resize_check,
+    dtypes=RESIZE_DTYPES,
     mode=one_of("nearest", "linear", "cubic"),
     nearest_mode=one_of(*NEAREST_MODES),
     coordinate_transformation_mode=one_of(*TRANSFORMS),
@@ -219,7 +241,8 @@ def lower_resize(L: Lowering, node: Node) -> None:
         rows_at = axis_taps(how, scales[rank - 2], in_shape[rank - 2], out_shape[rank - 2])[0]
         cols_at = axis_taps(how, scales[rank - 1], in_shape[rank - 1], out_shape[rank - 1])[0]
         outer = int(np.prod(in_shape[: rank - 2]))
-        L.source(nearest_2d(outer, in_shape[rank - 2], in_shape[rank - 1], rows_at, cols_at), [out, x])
+        kernel = nearest_2d(outer, in_shape[rank - 2], in_shape[rank - 1], rows_at, cols_at, L.value(x).dtype)
+        L.source(kernel, [out, x])
         return
     current, shape = x, list(in_shape)
     for k, a in enumerate(axes):
