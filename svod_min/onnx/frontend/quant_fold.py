@@ -139,7 +139,7 @@ def _group(node: Any, q: Any, producer: Dict[str, Any], inits: Dict[str, Any], g
         return None
     a_args = _dq_args(producer.get(node.input[0]), inits, None)
     b_args = _dq_args(producer.get(node.input[1]), inits, (0, None) if conv else (1, 2))
-    y_args = _q_args(q, inits)
+    y_args = per_tensor_params(q, inits)
     if a_args is None or b_args is None or y_args is None:
         return None
     if conv and (b_args[0] not in inits or len(inits[b_args[0]].dims) not in (3, 4)):  # QLinearConv: 1-D and 2-D
@@ -218,8 +218,9 @@ def _dq_args(
     return data, node.input[1], zp, zpv.dtype
 
 
-def _q_args(node: Any, inits: Dict[str, Any]) -> Optional[Tuple[str, str]]:
-    """(y_scale, y_zero_point) of a per-tensor QuantizeLinear to int8/uint8 with constant parameters, else None."""
+def per_tensor_params(node: Any, inits: Dict[str, Any]) -> Optional[Tuple[str, str]]:
+    """(scale, zero point) names of a per-tensor QuantizeLinear (or DequantizeLinear) of int8/uint8 whose float32
+    scale and zero point are constants, else None."""
     if len(node.input) < 3 or node.input[1] not in inits or node.input[2] not in inits:
         return None
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}

@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 from onnx import helper, numpy_helper
 
-from .quant_fold import drop_unread_dequantize
+from .quant_fold import drop_unread_dequantize, per_tensor_params
 
 #: The ops rewritten, each with the positions of its data inputs (None: every input). svod_min's kernels move
 #: int8 and uint8 for all of them (MaxPool: ops/pool.py's MAX_DTYPES).
@@ -58,7 +58,7 @@ def move_quantized(model: Any) -> int:
             node.input[i] = producer[node.input[i]].input[0]
         for k, out in enumerate(node.output):
             if out:
-                _write_quantized(graph, node, k, quantizers[out], readers)
+                _write_quantized(node, k, quantizers[out], readers, outputs)
                 dropped += quantizers[out]
     if not dropped:
         return 0
@@ -123,23 +123,19 @@ def _nearest_last_two(node: Any, inits: Dict[str, Any]) -> bool:
 def _params(node: Any, inits: Dict[str, Any]) -> Optional[Params]:
     """(scale, zero point, dtype) of a per-tensor QuantizeLinear / DequantizeLinear whose parameters are
     constants and whose zero point is given (its dtype is the integer tensor's), else None."""
-    if len(node.input) < 3 or node.input[1] not in inits or node.input[2] not in inits:
+    names = per_tensor_params(node, inits)
+    if names is None:
         return None
-    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    if attrs.get("output_dtype", 0) or attrs.get("block_size", 0) or not attrs.get("saturate", 1):
-        return None
-    scale, zp = (numpy_helper.to_array(inits[n]) for n in node.input[1:3])
-    if scale.dtype != np.float32 or scale.size != 1 or zp.size != 1 or zp.dtype.name not in ("int8", "uint8"):
-        return None
-    if not np.isfinite(scale).all() or float(scale.reshape(-1)[0]) <= 0.0:
+    scale, zp = (numpy_helper.to_array(inits[n]).reshape(-1) for n in names)
+    if not np.isfinite(scale).all() or float(scale[0]) <= 0.0:
         return None  # a zero or negative scale is no monotonic round trip
-    return float(scale.reshape(-1)[0]), int(zp.reshape(-1)[0]), zp.dtype.name
+    return float(scale[0]), int(zp[0]), zp.dtype.name
 
 
-def _write_quantized(graph: Any, node: Any, k: int, qs: List[Any], readers: Dict[str, List[Any]]) -> None:
+def _write_quantized(node: Any, k: int, qs: List[Any], readers: Dict[str, List[Any]], outputs: Any) -> None:
     """``node``'s output ``k`` becomes the value its QuantizeLinear readers ``qs`` wrote: the first one's name (a
     graph output's, where one is), every reader of the others renamed to it."""
-    keep = next((q.output[0] for q in qs if q.output[0] in {o.name for o in graph.output}), qs[0].output[0])
+    keep = next((q.output[0] for q in qs if q.output[0] in outputs), qs[0].output[0])
     node.output[k] = keep
     for q in qs:
         old = q.output[0]

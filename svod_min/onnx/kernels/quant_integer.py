@@ -5,7 +5,7 @@ of ``templates/requant.c.j2``. Simple loop nests: correct first, bit for bit onn
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Sequence, Tuple
+from typing import Any, Dict, List, Tuple
 
 from ..geometry import ConvGeom
 from .ckernel import CKernel, make_kernel, render, share
@@ -107,17 +107,18 @@ def int_conv(g: ConvGeom, x: str, w: str, y: str, wzp_per_channel: bool, wscale_
         wzn=int(wzp_per_channel),
         wsn=int(wscale_per_channel),
     )
-    extents: Sequence[int] = [
-        rows * g.ow,
-        g.n * g.c * g.h * g.w,
-        g.oc * cg * g.kh * g.kw,
-        1,
-        g.oc if wzp_per_channel else 1,
-    ]
-    if qlinear:
-        extents = list(extents) + [1, g.oc if wscale_per_channel else 1, 1, 1, g.oc]
+    extents = _conv_extents(g, qlinear, wzp_per_channel, wscale_per_channel)
     flops = 2 * rows * g.ow * cg * g.kh * g.kw
     return make_kernel("qconv" if qlinear else "convint", body, extents, chunks, flops=flops)
+
+
+def _conv_extents(g: ConvGeom, qlinear: bool, wzp_per_channel: bool, wscale_per_channel: bool) -> List[int]:
+    """The element counts of an integer convolution's buffers, in :func:`int_conv`'s order."""
+    extents = [g.n * g.oc * g.oh * g.ow, g.n * g.c * g.h * g.w, g.oc * (g.c // g.groups) * g.kh * g.kw, 1]
+    extents.append(g.oc if wzp_per_channel else 1)
+    if qlinear:
+        extents += [1, g.oc if wscale_per_channel else 1, 1, 1, g.oc]
+    return extents
 
 
 #: The widest padded input line (int32s, on the stack) the depthwise kernel holds, and its widest output row.
@@ -174,14 +175,6 @@ def int_depthwise_conv(g: ConvGeom, x: str, w: str, y: str, wzp_per_channel: boo
         wzn=int(wzp_per_channel),
         wsn=int(wscale_per_channel),
     )
-    extents: Sequence[int] = [
-        planes * g.oh * g.ow,
-        planes * g.h * g.w,
-        g.c * g.kh * g.kw,
-        1,
-        g.c if wzp_per_channel else 1,
-    ]
-    if qlinear:
-        extents = list(extents) + [1, g.c if wscale_per_channel else 1, 1, 1, g.c]
+    extents = _conv_extents(g, qlinear, wzp_per_channel, wscale_per_channel)
     flops = 2 * planes * g.oh * g.ow * g.kh * g.kw
     return make_kernel("qdwconv" if qlinear else "dwconvint", body, extents, chunks, flops=flops, rows_first=True)
