@@ -63,6 +63,7 @@ from .ops import (  # noqa: F401 - they fill the op table
 )
 from .ops.lowering import Lowering, PlanParts, npy_bytes
 from .ops.pinned import check_pins
+from .peer_reference import exact_reference
 
 #: Tolerance recorded with the expected outputs (onnxruntime's float32 sums run in another order): an element may
 #: differ by ATOL + RTOL x its value, where ATOL is at least NEAR_ZERO x RTOL x the output's largest |value| (an
@@ -198,8 +199,9 @@ def record_expectations(
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     try:
-        session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-        results = _run_session(ort, session, parts)
+        source, feeds = exact_reference(path, dict(parts.example_inputs))
+        session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+        results = _run_session(ort, session, parts, feeds)
     except Exception as exc:  # onnxruntime refusing a model we lower is worth a note, not a failed build
         return "no expectations recorded (onnxruntime: %s)" % str(exc).splitlines()[0][:200]
     expect: Dict[str, Any] = {}
@@ -215,16 +217,16 @@ def record_expectations(
     return "expectations recorded from onnxruntime %s for the example inputs" % ort.__version__
 
 
-def _run_session(ort: Any, session: Any, parts: PlanParts) -> List[np.ndarray]:
+def _run_session(ort: Any, session: Any, parts: PlanParts, feeds: Dict[str, np.ndarray]) -> List[np.ndarray]:
     """onnxruntime's outputs for the example inputs. numpy has no bfloat16 onnxruntime takes: where an input or an
     output is bfloat16 its bits are bound as OrtValues of that type, and the output comes back as its uint16 bits
     (the form a bfloat16 expectation is stored in, docs/plan-format.md)."""
     buffers = parts.doc["buffers"]
     names = [o.name for o in session.get_outputs()]
     if all(buffers[n]["dtype"] != "bfloat16" for n in list(parts.example_inputs) + names):
-        return session.run(None, dict(parts.example_inputs))
+        return session.run(None, feeds)
     binding = session.io_binding()
-    for name, value in parts.example_inputs.items():
+    for name, value in feeds.items():
         binding.bind_ortvalue_input(name, _ort_value(ort, np.ascontiguousarray(value), buffers[name]["dtype"]))
     results = []
     for name in names:

@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from svod_min.onnx.peer_reference import with_unsigned_weights
 from svod_min.perf.light_models import random_inputs, randomized  # noqa: F401 - one implementation, for the tests and the bench
 
 LIGHT_MODELS = (
@@ -78,8 +79,11 @@ def graph_model(
 
 
 def run_ort(model: onnx.ModelProto, feeds: Dict[str, np.ndarray]) -> List[np.ndarray]:
+    """onnxruntime's outputs at one thread; uint8 x int8 operands are fed to it as uint8 x uint8, the same values,
+    where its kernels are exact on every host (svod_min/onnx/peer_reference.py)."""
     import onnxruntime as ort
 
+    model, feeds = with_unsigned_weights(model, feeds)
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
