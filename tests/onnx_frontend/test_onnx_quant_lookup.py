@@ -210,6 +210,14 @@ def test_non_scalar_constant_operand_is_not_a_lookup(tmp_path: Any) -> None:
     _no_lookup(model, tmp_path, {"x": _every_byte("uint8", 9)})
 
 
+def test_lookup_kernel_refuses_wider_types_by_name() -> None:
+    from svod_min.error import NotSupportedError
+    from svod_min.onnx.kernels.quant import lookup_kernel
+
+    with pytest.raises(NotSupportedError, match="int16 to int8"):
+        lookup_kernel("int16", "int8", 64)
+
+
 @pytest.mark.parametrize("also_output", [False, True])
 def test_shared_leaf_dequantize_stays_for_its_other_reader(also_output: bool, tmp_path: Any) -> None:
     """A leaf DequantizeLinear read outside the cone (by a Relu, or as a graph output) stays beside the lookup."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Dict, Tuple
 
+from ...error import NotSupportedError
 from .ckernel import CKernel, make_kernel, render, share
 
 #: The integer dtypes of quantized tensors: their C type and range.
@@ -60,7 +61,7 @@ def lookup_kernel(xtype: str, ytype: str, total: int) -> CKernel:
     """``svod.Lookup8``: ``total`` 8-bit ``xtype`` bytes mapped through a 256-entry table of ``ytype``
     (``templates/lookup8.c.j2``)."""
     if xtype not in ("int8", "uint8") or ytype not in ("int8", "uint8"):
-        raise KeyError((xtype, ytype))
+        raise NotSupportedError("svod.Lookup8 maps 8-bit tensors only: %s to %s" % (xtype, ytype))
     chunks, per = share(total, 1)
     body = render(
         "lookup8.c.j2",
