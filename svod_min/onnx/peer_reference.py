@@ -13,29 +13,30 @@ verification on such a host.
     every int8 constant or input a DequantizeLinear reads becomes uint8 plus 128: ``Q`` then gives its int8 result
     plus 128 (the saturation bounds move with it) and ``DQ`` subtracts the same 128;
   - the int8 second operand of MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv and the com.microsoft QGemm,
-    DynamicQuantizeMatMul and MatMulIntegerToFloat, where the first is uint8, becomes uint8 plus 128, its zero point
-    too (``(w + 128) - (zp + 128) = w - zp``; a missing zero point becomes 128).
+    DynamicQuantizeMatMul, MatMulIntegerToFloat and DynamicQuantizeLSTM (W and R), where the first is uint8,
+    becomes uint8 plus 128, its zero point too (``(w + 128) - (zp + 128) = w - zp``; a missing zero point becomes 128).
 The model's outputs keep their types and values. Only the reference changes: timings run the model as it is.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Set, Tuple, Union
+from typing import Any, Dict, List, Set, Tuple, Union
 
 import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
-#: op -> (first operand, second operand, second operand's zero point): inputs by position; None: A is float32,
-#: quantized to uint8 inside the op.
+#: op -> (first operand, ((second operand, its zero point), ...)): inputs by position; None: the first operand is
+#: float32, quantized to uint8 inside the op.
 OPERANDS = {
-    "MatMulInteger": (0, 1, 3),
-    "ConvInteger": (0, 1, 3),
-    "QLinearMatMul": (0, 3, 5),
-    "QLinearConv": (0, 3, 5),
-    "QGemm": (0, 3, 5),
-    "DynamicQuantizeMatMul": (None, 1, 3),
-    "MatMulIntegerToFloat": (0, 1, 5),
+    "MatMulInteger": (0, ((1, 3),)),
+    "ConvInteger": (0, ((1, 3),)),
+    "QLinearMatMul": (0, ((3, 5),)),
+    "QLinearConv": (0, ((3, 5),)),
+    "QGemm": (0, ((3, 5),)),
+    "DynamicQuantizeMatMul": (None, ((1, 3),)),
+    "MatMulIntegerToFloat": (0, ((1, 5),)),
+    "DynamicQuantizeLSTM": (None, ((1, 9), (2, 11))),
 }
 QDQ = ("QuantizeLinear", "DequantizeLinear")
 
@@ -59,15 +60,12 @@ def with_unsigned_weights(
     types = _elem_types(model)
     shifted = _qdq_int8(graph, types) if _is_qdq_graph(graph, types) else set()
     for node in graph.node:
-        operands = _signed_operands(node, types)
-        if operands is None:
-            continue
-        second, zero_point = operands
-        shifted.add(node.input[second])
-        if zero_point < len(node.input) and node.input[zero_point]:
-            shifted.add(node.input[zero_point])
-        else:
-            _add_zero_point(graph, node, second, zero_point)
+        for second, zero_point in _signed_operands(node, types):
+            shifted.add(node.input[second])
+            if zero_point < len(node.input) and node.input[zero_point]:
+                shifted.add(node.input[zero_point])
+            else:
+                _add_zero_point(graph, node, second, zero_point)
     if not shifted:
         return model, feeds
     return model, _shift(graph, shifted, feeds)
@@ -127,14 +125,15 @@ def _qdq_int8(graph: onnx.GraphProto, types: Dict[str, int]) -> Set[str]:
     return names
 
 
-def _signed_operands(node: Any, types: Dict[str, int]) -> Optional[Tuple[int, int]]:
-    """Where an integer op's int8 second operand and its zero point sit (input positions), when its first is uint8."""
+def _signed_operands(node: Any, types: Dict[str, int]) -> List[Tuple[int, int]]:
+    """Where an integer op's int8 second operands and their zero points sit (input positions), when its first
+    operand is uint8."""
     if node.op_type not in OPERANDS:
-        return None
-    first, second, zero_point = OPERANDS[node.op_type]
+        return []
+    first, pairs = OPERANDS[node.op_type]
     if first is not None and types.get(node.input[first]) != TensorProto.UINT8:
-        return None
-    return (second, zero_point) if types.get(node.input[second]) == TensorProto.INT8 else None
+        return []
+    return [(b, z) for b, z in pairs if b < len(node.input) and types.get(node.input[b]) == TensorProto.INT8]
 
 
 def _zero_point_shape(graph: onnx.GraphProto, node: Any) -> List[int]:

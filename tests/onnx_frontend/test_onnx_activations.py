@@ -41,7 +41,9 @@ def _check(model: Any, tmp_path: Any, gone: str) -> Dict[str, int]:
     feeds = random_inputs(model)
     want = run_ort(model, feeds)
     got = build_and_load(model, str(tmp_path)).run(feeds)
-    assert max_rel_error(got["y"], want[0]) < 1e-4
+    # each engine is up to ~1e-4 from float64 at the measure's floor (1e-3 x the largest output) on these 144-term
+    # sums, in an order that differs by target (AVX2 hosts included), so the two may be 2e-4 apart
+    assert max_rel_error(got["y"], want[0]) < 3e-4
     assert float(np.std(want[0])) > 0
     return ops
 
