@@ -331,6 +331,8 @@ def rows_family() -> Family:
 
 #: The most rows of A that take matmul's unpacked path (B streamed once, columns split over core ids).
 MATMUL_THIN_ROWS = 4
+#: The rows of B the unpacked path sums apart before adding them to C (a multiple of its 4-row step).
+MATMUL_THIN_K_BLOCK = 256
 
 
 def _matmul_parallelism(mr: int, itemsize: int) -> str:
@@ -397,6 +399,7 @@ def matmul_family() -> Family:
                 thin=MATMUL_THIN_ROWS,
                 thin_nb=8192 // d.itemsize,
                 thin_align=64 // d.itemsize,
+                thin_kb=MATMUL_THIN_K_BLOCK,
             )
             fam.add(sig, ctx)
     return fam

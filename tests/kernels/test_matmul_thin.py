@@ -68,3 +68,16 @@ def test_thin_matmul_from_source(rng: Any) -> None:
     assert not k.prebuilt
     for m, n, kk in THIN_SHAPES[:4]:
         check_matmul(rng, k, "float32", m, n, kk)
+
+
+def test_thin_matmul_sums_long_rows_in_blocks(rng: Any) -> None:
+    """K = 25,088 (VGG's first fully connected layer): the products are summed in blocks of MATMUL_THIN_K_BLOCK rows,
+    so the error stays near a blocked GEMM's; one running sum over all of K was 2.7e-6 of the largest output here."""
+    k = kernels.get("matmul", dtype="float32")
+    big_k, n = 25088, 40
+    a = np.maximum(rng.standard_normal((1, big_k)), 0).astype(np.float32)  # ReLU outputs: same-signed terms
+    b = (rng.standard_normal((big_k, n)) * 0.01).astype(np.float32)
+    c = np.empty((1, n), np.float32)
+    k.run([c, a, b], M=1, N=n, K=big_k)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    assert float(np.abs(c - want).max() / np.abs(want).max()) < 1e-6

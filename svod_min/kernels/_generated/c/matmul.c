@@ -131,21 +131,32 @@ static inline void svod_matmul_f32_4x8_tile(svod_i64 kc, const float *restrict a
    from memory once, in order, four rows at a time, each multiplied into the M rows of C that stay in L1
    (2048 columns at a time); no packing, and no register tile padded from M rows to mr. Columns
    are split over core ids, so the threads stream disjoint halves of B; the K order is the same
-   whatever the split. Out of line: the entry's own code stays the register tile's. */
+   whatever the split. The products of 256 rows of B at a time are summed in `part` and then
+   added to C: one running sum over all of K (25,088 terms in VGG's first fully connected layer) is some
+   eight times less accurate, and the blocks cost one pass over `part` per 256 rows. Out of line:
+   the entry's own code stays the register tile's. */
 __attribute__((noinline)) static void svod_matmul_f32_4x8_thin(float *restrict c, const float *restrict a, const float *restrict b,
                                       svod_i64 M, svod_i64 N, svod_i64 K, svod_i64 n0, svod_i64 n1) {
+    float part[4 * 2048];
     for (svod_i64 jb = n0; jb < n1; jb += 2048) {
         const svod_i64 nb = n1 - jb < 2048 ? n1 - jb : 2048;
         for (svod_i64 m = 0; m < M; ++m)
             for (svod_i64 j = 0; j < nb; ++j) c[m * N + jb + j] = 0;
         svod_i64 p = 0;
-        for (; p + 4 <= K; p += 4) {
-            const float *restrict b0 = b + p * N + jb, *restrict b1 = b0 + N, *restrict b2 = b1 + N, *restrict b3 = b2 + N;
-            for (svod_i64 m = 0; m < M; ++m) {
-                const float *am = a + m * K + p, a0 = am[0], a1 = am[1], a2 = am[2], a3 = am[3];
-                float *restrict cm = c + m * N + jb;
-                for (svod_i64 j = 0; j < nb; ++j) cm[j] += a0 * b0[j] + a1 * b1[j] + a2 * b2[j] + a3 * b3[j];
+        for (svod_i64 pb = 0; pb + 4 <= K; pb += 256) {
+            const svod_i64 pe = K - pb < 256 ? pb + ((K - pb) & ~(svod_i64)3) : pb + 256;
+            for (svod_i64 m = 0; m < M; ++m)
+                for (svod_i64 j = 0; j < nb; ++j) part[m * 2048 + j] = 0;
+            for (p = pb; p < pe; p += 4) {
+                const float *restrict b0 = b + p * N + jb, *restrict b1 = b0 + N, *restrict b2 = b1 + N, *restrict b3 = b2 + N;
+                for (svod_i64 m = 0; m < M; ++m) {
+                    const float *am = a + m * K + p, a0 = am[0], a1 = am[1], a2 = am[2], a3 = am[3];
+                    float *restrict pm = part + m * 2048;
+                    for (svod_i64 j = 0; j < nb; ++j) pm[j] += a0 * b0[j] + a1 * b1[j] + a2 * b2[j] + a3 * b3[j];
+                }
             }
+            for (svod_i64 m = 0; m < M; ++m)
+                for (svod_i64 j = 0; j < nb; ++j) c[m * N + jb + j] += part[m * 2048 + j];
         }
         for (; p < K; ++p) {
             const float *restrict b0 = b + p * N + jb;
@@ -324,21 +335,32 @@ static inline void svod_matmul_f32_6x16_tile(svod_i64 kc, const float *restrict 
    from memory once, in order, four rows at a time, each multiplied into the M rows of C that stay in L1
    (2048 columns at a time); no packing, and no register tile padded from M rows to mr. Columns
    are split over core ids, so the threads stream disjoint halves of B; the K order is the same
-   whatever the split. Out of line: the entry's own code stays the register tile's. */
+   whatever the split. The products of 256 rows of B at a time are summed in `part` and then
+   added to C: one running sum over all of K (25,088 terms in VGG's first fully connected layer) is some
+   eight times less accurate, and the blocks cost one pass over `part` per 256 rows. Out of line:
+   the entry's own code stays the register tile's. */
 __attribute__((noinline)) static void svod_matmul_f32_6x16_thin(float *restrict c, const float *restrict a, const float *restrict b,
                                       svod_i64 M, svod_i64 N, svod_i64 K, svod_i64 n0, svod_i64 n1) {
+    float part[4 * 2048];
     for (svod_i64 jb = n0; jb < n1; jb += 2048) {
         const svod_i64 nb = n1 - jb < 2048 ? n1 - jb : 2048;
         for (svod_i64 m = 0; m < M; ++m)
             for (svod_i64 j = 0; j < nb; ++j) c[m * N + jb + j] = 0;
         svod_i64 p = 0;
-        for (; p + 4 <= K; p += 4) {
-            const float *restrict b0 = b + p * N + jb, *restrict b1 = b0 + N, *restrict b2 = b1 + N, *restrict b3 = b2 + N;
-            for (svod_i64 m = 0; m < M; ++m) {
-                const float *am = a + m * K + p, a0 = am[0], a1 = am[1], a2 = am[2], a3 = am[3];
-                float *restrict cm = c + m * N + jb;
-                for (svod_i64 j = 0; j < nb; ++j) cm[j] += a0 * b0[j] + a1 * b1[j] + a2 * b2[j] + a3 * b3[j];
+        for (svod_i64 pb = 0; pb + 4 <= K; pb += 256) {
+            const svod_i64 pe = K - pb < 256 ? pb + ((K - pb) & ~(svod_i64)3) : pb + 256;
+            for (svod_i64 m = 0; m < M; ++m)
+                for (svod_i64 j = 0; j < nb; ++j) part[m * 2048 + j] = 0;
+            for (p = pb; p < pe; p += 4) {
+                const float *restrict b0 = b + p * N + jb, *restrict b1 = b0 + N, *restrict b2 = b1 + N, *restrict b3 = b2 + N;
+                for (svod_i64 m = 0; m < M; ++m) {
+                    const float *am = a + m * K + p, a0 = am[0], a1 = am[1], a2 = am[2], a3 = am[3];
+                    float *restrict pm = part + m * 2048;
+                    for (svod_i64 j = 0; j < nb; ++j) pm[j] += a0 * b0[j] + a1 * b1[j] + a2 * b2[j] + a3 * b3[j];
+                }
             }
+            for (svod_i64 m = 0; m < M; ++m)
+                for (svod_i64 j = 0; j < nb; ++j) c[m * N + jb + j] += part[m * 2048 + j];
         }
         for (; p < K; ++p) {
             const float *restrict b0 = b + p * N + jb;
@@ -518,21 +540,32 @@ static inline void svod_matmul_f32_8x8_tile(svod_i64 kc, const float *restrict a
    from memory once, in order, four rows at a time, each multiplied into the M rows of C that stay in L1
    (2048 columns at a time); no packing, and no register tile padded from M rows to mr. Columns
    are split over core ids, so the threads stream disjoint halves of B; the K order is the same
-   whatever the split. Out of line: the entry's own code stays the register tile's. */
+   whatever the split. The products of 256 rows of B at a time are summed in `part` and then
+   added to C: one running sum over all of K (25,088 terms in VGG's first fully connected layer) is some
+   eight times less accurate, and the blocks cost one pass over `part` per 256 rows. Out of line:
+   the entry's own code stays the register tile's. */
 __attribute__((noinline)) static void svod_matmul_f32_8x8_thin(float *restrict c, const float *restrict a, const float *restrict b,
                                       svod_i64 M, svod_i64 N, svod_i64 K, svod_i64 n0, svod_i64 n1) {
+    float part[4 * 2048];
     for (svod_i64 jb = n0; jb < n1; jb += 2048) {
         const svod_i64 nb = n1 - jb < 2048 ? n1 - jb : 2048;
         for (svod_i64 m = 0; m < M; ++m)
             for (svod_i64 j = 0; j < nb; ++j) c[m * N + jb + j] = 0;
         svod_i64 p = 0;
-        for (; p + 4 <= K; p += 4) {
-            const float *restrict b0 = b + p * N + jb, *restrict b1 = b0 + N, *restrict b2 = b1 + N, *restrict b3 = b2 + N;
-            for (svod_i64 m = 0; m < M; ++m) {
-                const float *am = a + m * K + p, a0 = am[0], a1 = am[1], a2 = am[2], a3 = am[3];
-                float *restrict cm = c + m * N + jb;
-                for (svod_i64 j = 0; j < nb; ++j) cm[j] += a0 * b0[j] + a1 * b1[j] + a2 * b2[j] + a3 * b3[j];
+        for (svod_i64 pb = 0; pb + 4 <= K; pb += 256) {
+            const svod_i64 pe = K - pb < 256 ? pb + ((K - pb) & ~(svod_i64)3) : pb + 256;
+            for (svod_i64 m = 0; m < M; ++m)
+                for (svod_i64 j = 0; j < nb; ++j) part[m * 2048 + j] = 0;
+            for (p = pb; p < pe; p += 4) {
+                const float *restrict b0 = b + p * N + jb, *restrict b1 = b0 + N, *restrict b2 = b1 + N, *restrict b3 = b2 + N;
+                for (svod_i64 m = 0; m < M; ++m) {
+                    const float *am = a + m * K + p, a0 = am[0], a1 = am[1], a2 = am[2], a3 = am[3];
+                    float *restrict pm = part + m * 2048;
+                    for (svod_i64 j = 0; j < nb; ++j) pm[j] += a0 * b0[j] + a1 * b1[j] + a2 * b2[j] + a3 * b3[j];
+                }
             }
+            for (svod_i64 m = 0; m < M; ++m)
+                for (svod_i64 j = 0; j < nb; ++j) c[m * N + jb + j] += part[m * 2048 + j];
         }
         for (; p < K; ++p) {
             const float *restrict b0 = b + p * N + jb;
@@ -723,21 +756,32 @@ static inline void svod_matmul_f32_8x32_tile(svod_i64 kc, const float *restrict 
    from memory once, in order, four rows at a time, each multiplied into the M rows of C that stay in L1
    (2048 columns at a time); no packing, and no register tile padded from M rows to mr. Columns
    are split over core ids, so the threads stream disjoint halves of B; the K order is the same
-   whatever the split. Out of line: the entry's own code stays the register tile's. */
+   whatever the split. The products of 256 rows of B at a time are summed in `part` and then
+   added to C: one running sum over all of K (25,088 terms in VGG's first fully connected layer) is some
+   eight times less accurate, and the blocks cost one pass over `part` per 256 rows. Out of line:
+   the entry's own code stays the register tile's. */
 __attribute__((noinline)) static void svod_matmul_f32_8x32_thin(float *restrict c, const float *restrict a, const float *restrict b,
                                       svod_i64 M, svod_i64 N, svod_i64 K, svod_i64 n0, svod_i64 n1) {
+    float part[4 * 2048];
     for (svod_i64 jb = n0; jb < n1; jb += 2048) {
         const svod_i64 nb = n1 - jb < 2048 ? n1 - jb : 2048;
         for (svod_i64 m = 0; m < M; ++m)
             for (svod_i64 j = 0; j < nb; ++j) c[m * N + jb + j] = 0;
         svod_i64 p = 0;
-        for (; p + 4 <= K; p += 4) {
-            const float *restrict b0 = b + p * N + jb, *restrict b1 = b0 + N, *restrict b2 = b1 + N, *restrict b3 = b2 + N;
-            for (svod_i64 m = 0; m < M; ++m) {
-                const float *am = a + m * K + p, a0 = am[0], a1 = am[1], a2 = am[2], a3 = am[3];
-                float *restrict cm = c + m * N + jb;
-                for (svod_i64 j = 0; j < nb; ++j) cm[j] += a0 * b0[j] + a1 * b1[j] + a2 * b2[j] + a3 * b3[j];
+        for (svod_i64 pb = 0; pb + 4 <= K; pb += 256) {
+            const svod_i64 pe = K - pb < 256 ? pb + ((K - pb) & ~(svod_i64)3) : pb + 256;
+            for (svod_i64 m = 0; m < M; ++m)
+                for (svod_i64 j = 0; j < nb; ++j) part[m * 2048 + j] = 0;
+            for (p = pb; p < pe; p += 4) {
+                const float *restrict b0 = b + p * N + jb, *restrict b1 = b0 + N, *restrict b2 = b1 + N, *restrict b3 = b2 + N;
+                for (svod_i64 m = 0; m < M; ++m) {
+                    const float *am = a + m * K + p, a0 = am[0], a1 = am[1], a2 = am[2], a3 = am[3];
+                    float *restrict pm = part + m * 2048;
+                    for (svod_i64 j = 0; j < nb; ++j) pm[j] += a0 * b0[j] + a1 * b1[j] + a2 * b2[j] + a3 * b3[j];
+                }
             }
+            for (svod_i64 m = 0; m < M; ++m)
+                for (svod_i64 j = 0; j < nb; ++j) c[m * N + jb + j] += part[m * 2048 + j];
         }
         for (; p < K; ++p) {
             const float *restrict b0 = b + p * N + jb;
@@ -909,21 +953,32 @@ static inline void svod_matmul_f64_4x4_tile(svod_i64 kc, const double *restrict 
    from memory once, in order, four rows at a time, each multiplied into the M rows of C that stay in L1
    (1024 columns at a time); no packing, and no register tile padded from M rows to mr. Columns
    are split over core ids, so the threads stream disjoint halves of B; the K order is the same
-   whatever the split. Out of line: the entry's own code stays the register tile's. */
+   whatever the split. The products of 256 rows of B at a time are summed in `part` and then
+   added to C: one running sum over all of K (25,088 terms in VGG's first fully connected layer) is some
+   eight times less accurate, and the blocks cost one pass over `part` per 256 rows. Out of line:
+   the entry's own code stays the register tile's. */
 __attribute__((noinline)) static void svod_matmul_f64_4x4_thin(double *restrict c, const double *restrict a, const double *restrict b,
                                       svod_i64 M, svod_i64 N, svod_i64 K, svod_i64 n0, svod_i64 n1) {
+    double part[4 * 1024];
     for (svod_i64 jb = n0; jb < n1; jb += 1024) {
         const svod_i64 nb = n1 - jb < 1024 ? n1 - jb : 1024;
         for (svod_i64 m = 0; m < M; ++m)
             for (svod_i64 j = 0; j < nb; ++j) c[m * N + jb + j] = 0;
         svod_i64 p = 0;
-        for (; p + 4 <= K; p += 4) {
-            const double *restrict b0 = b + p * N + jb, *restrict b1 = b0 + N, *restrict b2 = b1 + N, *restrict b3 = b2 + N;
-            for (svod_i64 m = 0; m < M; ++m) {
-                const double *am = a + m * K + p, a0 = am[0], a1 = am[1], a2 = am[2], a3 = am[3];
-                double *restrict cm = c + m * N + jb;
-                for (svod_i64 j = 0; j < nb; ++j) cm[j] += a0 * b0[j] + a1 * b1[j] + a2 * b2[j] + a3 * b3[j];
+        for (svod_i64 pb = 0; pb + 4 <= K; pb += 256) {
+            const svod_i64 pe = K - pb < 256 ? pb + ((K - pb) & ~(svod_i64)3) : pb + 256;
+            for (svod_i64 m = 0; m < M; ++m)
+                for (svod_i64 j = 0; j < nb; ++j) part[m * 1024 + j] = 0;
+            for (p = pb; p < pe; p += 4) {
+                const double *restrict b0 = b + p * N + jb, *restrict b1 = b0 + N, *restrict b2 = b1 + N, *restrict b3 = b2 + N;
+                for (svod_i64 m = 0; m < M; ++m) {
+                    const double *am = a + m * K + p, a0 = am[0], a1 = am[1], a2 = am[2], a3 = am[3];
+                    double *restrict pm = part + m * 1024;
+                    for (svod_i64 j = 0; j < nb; ++j) pm[j] += a0 * b0[j] + a1 * b1[j] + a2 * b2[j] + a3 * b3[j];
+                }
             }
+            for (svod_i64 m = 0; m < M; ++m)
+                for (svod_i64 j = 0; j < nb; ++j) c[m * N + jb + j] += part[m * 1024 + j];
         }
         for (; p < K; ++p) {
             const double *restrict b0 = b + p * N + jb;
@@ -1102,21 +1157,32 @@ static inline void svod_matmul_f64_6x8_tile(svod_i64 kc, const double *restrict 
    from memory once, in order, four rows at a time, each multiplied into the M rows of C that stay in L1
    (1024 columns at a time); no packing, and no register tile padded from M rows to mr. Columns
    are split over core ids, so the threads stream disjoint halves of B; the K order is the same
-   whatever the split. Out of line: the entry's own code stays the register tile's. */
+   whatever the split. The products of 256 rows of B at a time are summed in `part` and then
+   added to C: one running sum over all of K (25,088 terms in VGG's first fully connected layer) is some
+   eight times less accurate, and the blocks cost one pass over `part` per 256 rows. Out of line:
+   the entry's own code stays the register tile's. */
 __attribute__((noinline)) static void svod_matmul_f64_6x8_thin(double *restrict c, const double *restrict a, const double *restrict b,
                                       svod_i64 M, svod_i64 N, svod_i64 K, svod_i64 n0, svod_i64 n1) {
+    double part[4 * 1024];
     for (svod_i64 jb = n0; jb < n1; jb += 1024) {
         const svod_i64 nb = n1 - jb < 1024 ? n1 - jb : 1024;
         for (svod_i64 m = 0; m < M; ++m)
             for (svod_i64 j = 0; j < nb; ++j) c[m * N + jb + j] = 0;
         svod_i64 p = 0;
-        for (; p + 4 <= K; p += 4) {
-            const double *restrict b0 = b + p * N + jb, *restrict b1 = b0 + N, *restrict b2 = b1 + N, *restrict b3 = b2 + N;
-            for (svod_i64 m = 0; m < M; ++m) {
-                const double *am = a + m * K + p, a0 = am[0], a1 = am[1], a2 = am[2], a3 = am[3];
-                double *restrict cm = c + m * N + jb;
-                for (svod_i64 j = 0; j < nb; ++j) cm[j] += a0 * b0[j] + a1 * b1[j] + a2 * b2[j] + a3 * b3[j];
+        for (svod_i64 pb = 0; pb + 4 <= K; pb += 256) {
+            const svod_i64 pe = K - pb < 256 ? pb + ((K - pb) & ~(svod_i64)3) : pb + 256;
+            for (svod_i64 m = 0; m < M; ++m)
+                for (svod_i64 j = 0; j < nb; ++j) part[m * 1024 + j] = 0;
+            for (p = pb; p < pe; p += 4) {
+                const double *restrict b0 = b + p * N + jb, *restrict b1 = b0 + N, *restrict b2 = b1 + N, *restrict b3 = b2 + N;
+                for (svod_i64 m = 0; m < M; ++m) {
+                    const double *am = a + m * K + p, a0 = am[0], a1 = am[1], a2 = am[2], a3 = am[3];
+                    double *restrict pm = part + m * 1024;
+                    for (svod_i64 j = 0; j < nb; ++j) pm[j] += a0 * b0[j] + a1 * b1[j] + a2 * b2[j] + a3 * b3[j];
+                }
             }
+            for (svod_i64 m = 0; m < M; ++m)
+                for (svod_i64 j = 0; j < nb; ++j) c[m * N + jb + j] += part[m * 1024 + j];
         }
         for (; p < K; ++p) {
             const double *restrict b0 = b + p * N + jb;
@@ -1291,21 +1357,32 @@ static inline void svod_matmul_f64_4x8_tile(svod_i64 kc, const double *restrict 
    from memory once, in order, four rows at a time, each multiplied into the M rows of C that stay in L1
    (1024 columns at a time); no packing, and no register tile padded from M rows to mr. Columns
    are split over core ids, so the threads stream disjoint halves of B; the K order is the same
-   whatever the split. Out of line: the entry's own code stays the register tile's. */
+   whatever the split. The products of 256 rows of B at a time are summed in `part` and then
+   added to C: one running sum over all of K (25,088 terms in VGG's first fully connected layer) is some
+   eight times less accurate, and the blocks cost one pass over `part` per 256 rows. Out of line:
+   the entry's own code stays the register tile's. */
 __attribute__((noinline)) static void svod_matmul_f64_4x8_thin(double *restrict c, const double *restrict a, const double *restrict b,
                                       svod_i64 M, svod_i64 N, svod_i64 K, svod_i64 n0, svod_i64 n1) {
+    double part[4 * 1024];
     for (svod_i64 jb = n0; jb < n1; jb += 1024) {
         const svod_i64 nb = n1 - jb < 1024 ? n1 - jb : 1024;
         for (svod_i64 m = 0; m < M; ++m)
             for (svod_i64 j = 0; j < nb; ++j) c[m * N + jb + j] = 0;
         svod_i64 p = 0;
-        for (; p + 4 <= K; p += 4) {
-            const double *restrict b0 = b + p * N + jb, *restrict b1 = b0 + N, *restrict b2 = b1 + N, *restrict b3 = b2 + N;
-            for (svod_i64 m = 0; m < M; ++m) {
-                const double *am = a + m * K + p, a0 = am[0], a1 = am[1], a2 = am[2], a3 = am[3];
-                double *restrict cm = c + m * N + jb;
-                for (svod_i64 j = 0; j < nb; ++j) cm[j] += a0 * b0[j] + a1 * b1[j] + a2 * b2[j] + a3 * b3[j];
+        for (svod_i64 pb = 0; pb + 4 <= K; pb += 256) {
+            const svod_i64 pe = K - pb < 256 ? pb + ((K - pb) & ~(svod_i64)3) : pb + 256;
+            for (svod_i64 m = 0; m < M; ++m)
+                for (svod_i64 j = 0; j < nb; ++j) part[m * 1024 + j] = 0;
+            for (p = pb; p < pe; p += 4) {
+                const double *restrict b0 = b + p * N + jb, *restrict b1 = b0 + N, *restrict b2 = b1 + N, *restrict b3 = b2 + N;
+                for (svod_i64 m = 0; m < M; ++m) {
+                    const double *am = a + m * K + p, a0 = am[0], a1 = am[1], a2 = am[2], a3 = am[3];
+                    double *restrict pm = part + m * 1024;
+                    for (svod_i64 j = 0; j < nb; ++j) pm[j] += a0 * b0[j] + a1 * b1[j] + a2 * b2[j] + a3 * b3[j];
+                }
             }
+            for (svod_i64 m = 0; m < M; ++m)
+                for (svod_i64 j = 0; j < nb; ++j) c[m * N + jb + j] += part[m * 1024 + j];
         }
         for (; p < K; ++p) {
             const double *restrict b0 = b + p * N + jb;
@@ -1496,21 +1573,32 @@ static inline void svod_matmul_f64_8x16_tile(svod_i64 kc, const double *restrict
    from memory once, in order, four rows at a time, each multiplied into the M rows of C that stay in L1
    (1024 columns at a time); no packing, and no register tile padded from M rows to mr. Columns
    are split over core ids, so the threads stream disjoint halves of B; the K order is the same
-   whatever the split. Out of line: the entry's own code stays the register tile's. */
+   whatever the split. The products of 256 rows of B at a time are summed in `part` and then
+   added to C: one running sum over all of K (25,088 terms in VGG's first fully connected layer) is some
+   eight times less accurate, and the blocks cost one pass over `part` per 256 rows. Out of line:
+   the entry's own code stays the register tile's. */
 __attribute__((noinline)) static void svod_matmul_f64_8x16_thin(double *restrict c, const double *restrict a, const double *restrict b,
                                       svod_i64 M, svod_i64 N, svod_i64 K, svod_i64 n0, svod_i64 n1) {
+    double part[4 * 1024];
     for (svod_i64 jb = n0; jb < n1; jb += 1024) {
         const svod_i64 nb = n1 - jb < 1024 ? n1 - jb : 1024;
         for (svod_i64 m = 0; m < M; ++m)
             for (svod_i64 j = 0; j < nb; ++j) c[m * N + jb + j] = 0;
         svod_i64 p = 0;
-        for (; p + 4 <= K; p += 4) {
-            const double *restrict b0 = b + p * N + jb, *restrict b1 = b0 + N, *restrict b2 = b1 + N, *restrict b3 = b2 + N;
-            for (svod_i64 m = 0; m < M; ++m) {
-                const double *am = a + m * K + p, a0 = am[0], a1 = am[1], a2 = am[2], a3 = am[3];
-                double *restrict cm = c + m * N + jb;
-                for (svod_i64 j = 0; j < nb; ++j) cm[j] += a0 * b0[j] + a1 * b1[j] + a2 * b2[j] + a3 * b3[j];
+        for (svod_i64 pb = 0; pb + 4 <= K; pb += 256) {
+            const svod_i64 pe = K - pb < 256 ? pb + ((K - pb) & ~(svod_i64)3) : pb + 256;
+            for (svod_i64 m = 0; m < M; ++m)
+                for (svod_i64 j = 0; j < nb; ++j) part[m * 1024 + j] = 0;
+            for (p = pb; p < pe; p += 4) {
+                const double *restrict b0 = b + p * N + jb, *restrict b1 = b0 + N, *restrict b2 = b1 + N, *restrict b3 = b2 + N;
+                for (svod_i64 m = 0; m < M; ++m) {
+                    const double *am = a + m * K + p, a0 = am[0], a1 = am[1], a2 = am[2], a3 = am[3];
+                    double *restrict pm = part + m * 1024;
+                    for (svod_i64 j = 0; j < nb; ++j) pm[j] += a0 * b0[j] + a1 * b1[j] + a2 * b2[j] + a3 * b3[j];
+                }
             }
+            for (svod_i64 m = 0; m < M; ++m)
+                for (svod_i64 j = 0; j < nb; ++j) c[m * N + jb + j] += part[m * 1024 + j];
         }
         for (; p < K; ++p) {
             const double *restrict b0 = b + p * N + jb;
