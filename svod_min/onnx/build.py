@@ -11,7 +11,7 @@ import contextlib
 import functools
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -22,7 +22,7 @@ from .frontend.batch_rows import BatchRows, batched_values
 from .frontend.half import compute_halves_in_float, with_halves
 from .frontend.ir import Graph
 from .frontend.layout import block_channels
-from .frontend.parse import read_graph
+from .frontend.parse import load_model, read_graph
 from .frontend.passes import run_passes
 from .frontend.pins import pinned_values
 from .frontend.ranged import BatchRange, Dim, at_size, batch_range
@@ -63,7 +63,7 @@ from .ops import (  # noqa: F401 - they fill the op table
 )
 from .ops.lowering import Lowering, PlanParts, npy_bytes
 from .ops.pinned import check_pins
-from .peer_reference import exact_reference
+from .peer_reference import with_unsigned_weights
 
 #: Tolerance recorded with the expected outputs (onnxruntime's float32 sums run in another order): an element may
 #: differ by ATOL + RTOL x its value, where ATOL is at least NEAR_ZERO x RTOL x the output's largest |value| (an
@@ -199,7 +199,7 @@ def record_expectations(
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     try:
-        source, feeds = exact_reference(path, dict(parts.example_inputs))
+        source, feeds = _reference_model(path, parts)
         session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
         results = _run_session(ort, session, parts, feeds)
     except Exception as exc:  # onnxruntime refusing a model we lower is worth a note, not a failed build
@@ -215,6 +215,17 @@ def record_expectations(
         expect[meta.name] = {"npy": entry, "rtol": rtol, "atol": output_atol(shown, rtol)}
     parts.doc["expect"] = expect
     return "expectations recorded from onnxruntime %s for the example inputs" % ort.__version__
+
+
+def _reference_model(path: str, parts: PlanParts) -> Tuple[Union[str, bytes], Dict[str, np.ndarray]]:
+    """What onnxruntime runs for the expectations: the model file itself, or, where the plan holds 8-bit tensors
+    (onnxruntime's int8 kernels may saturate there), the model rewritten to its exact uint8 form
+    (:mod:`.peer_reference`), with the example inputs to match."""
+    feeds = dict(parts.example_inputs)
+    if not any(b.get("dtype") in ("int8", "uint8") for b in parts.doc["buffers"].values()):
+        return path, feeds
+    model, feeds = with_unsigned_weights(load_model(path), feeds, in_place=True)
+    return model.SerializeToString(), feeds
 
 
 def _run_session(ort: Any, session: Any, parts: PlanParts, feeds: Dict[str, np.ndarray]) -> List[np.ndarray]:

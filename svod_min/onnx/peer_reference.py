@@ -20,7 +20,7 @@ The model's outputs keep their types and values. Only the reference changes: tim
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Set, Tuple, Union
+from typing import Any, Dict, List, Set, Tuple
 
 import numpy as np
 import onnx
@@ -41,21 +41,13 @@ OPERANDS = {
 QDQ = ("QuantizeLinear", "DequantizeLinear")
 
 
-def exact_reference(path: str, feeds: Dict[str, np.ndarray]) -> Tuple[Union[str, bytes], Dict[str, np.ndarray]]:
-    """The model at ``path`` (the path itself, or the rewritten model's bytes) and its feeds for an exact
-    onnxruntime session: rewritten only where it has integer ops."""
-    model = onnx.load(path)
-    if not any(n.op_type in OPERANDS or n.op_type in QDQ for n in model.graph.node):
-        return path, feeds
-    rewritten, feeds = with_unsigned_weights(model, feeds)
-    return rewritten.SerializeToString(), feeds
-
-
 def with_unsigned_weights(
-    model: onnx.ModelProto, feeds: Dict[str, np.ndarray]
+    model: onnx.ModelProto, feeds: Dict[str, np.ndarray], in_place: bool = False
 ) -> Tuple[onnx.ModelProto, Dict[str, np.ndarray]]:
-    """``model`` and ``feeds`` with the int8 operands onnxruntime may saturate on made uint8 (the same values)."""
-    model = onnx.ModelProto.FromString(model.SerializeToString())
+    """``model`` (a copy, or itself with ``in_place``) and ``feeds`` with the int8 operands onnxruntime may saturate
+    on made uint8 (the same values)."""
+    if not in_place:
+        model = onnx.ModelProto.FromString(model.SerializeToString())
     graph = model.graph
     types = _elem_types(model)
     shifted = _qdq_int8(graph, types) if _is_qdq_graph(graph, types) else set()
@@ -110,6 +102,7 @@ def _is_qdq_graph(graph: onnx.GraphProto, types: Dict[str, int]) -> bool:
 def _qdq_int8(graph: onnx.GraphProto, types: Dict[str, int]) -> Set[str]:
     """The int8 zero points of a QDQ graph and the int8 constants or inputs its DequantizeLinear nodes read."""
     names: Set[str] = set()
+    computed = {out for n in graph.node for out in n.output}
     for node in graph.node:
         if node.op_type not in QDQ:
             continue
@@ -119,8 +112,7 @@ def _qdq_int8(graph: onnx.GraphProto, types: Dict[str, int]) -> Set[str]:
         if node.op_type == "DequantizeLinear" and types.get(node.input[0]) == TensorProto.INT8:
             if not zero_point:
                 _add_zero_point(graph, node, 0, 2)
-            computed = any(node.input[0] in n.output for n in graph.node)
-            if not computed:
+            if node.input[0] not in computed:
                 names.add(node.input[0])
     return names
 

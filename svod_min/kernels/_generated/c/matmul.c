@@ -142,12 +142,12 @@ __attribute__((noinline)) static void svod_matmul_f32_4x8_thin(float *restrict c
         const svod_i64 nb = n1 - jb < 2048 ? n1 - jb : 2048;
         for (svod_i64 m = 0; m < M; ++m)
             for (svod_i64 j = 0; j < nb; ++j) c[m * N + jb + j] = 0;
-        svod_i64 p = 0;
-        for (svod_i64 pb = 0; pb + 4 <= K; pb += 256) {
-            const svod_i64 pe = K - pb < 256 ? pb + ((K - pb) & ~(svod_i64)3) : pb + 256;
+        const svod_i64 k4 = K & ~(svod_i64)3;
+        for (svod_i64 pb = 0; pb < k4; pb += 256) {
+            const svod_i64 pe = k4 - pb < 256 ? k4 : pb + 256;
             for (svod_i64 m = 0; m < M; ++m)
                 for (svod_i64 j = 0; j < nb; ++j) part[m * 2048 + j] = 0;
-            for (p = pb; p < pe; p += 4) {
+            for (svod_i64 p = pb; p < pe; p += 4) {
                 const float *restrict b0 = b + p * N + jb, *restrict b1 = b0 + N, *restrict b2 = b1 + N, *restrict b3 = b2 + N;
                 for (svod_i64 m = 0; m < M; ++m) {
                     const float *am = a + m * K + p, a0 = am[0], a1 = am[1], a2 = am[2], a3 = am[3];
@@ -158,7 +158,7 @@ __attribute__((noinline)) static void svod_matmul_f32_4x8_thin(float *restrict c
             for (svod_i64 m = 0; m < M; ++m)
                 for (svod_i64 j = 0; j < nb; ++j) c[m * N + jb + j] += part[m * 2048 + j];
         }
-        for (; p < K; ++p) {
+        for (svod_i64 p = k4; p < K; ++p) {
             const float *restrict b0 = b + p * N + jb;
             for (svod_i64 m = 0; m < M; ++m) {
                 const float a0 = a[m * K + p];
@@ -346,12 +346,12 @@ __attribute__((noinline)) static void svod_matmul_f32_6x16_thin(float *restrict 
         const svod_i64 nb = n1 - jb < 2048 ? n1 - jb : 2048;
         for (svod_i64 m = 0; m < M; ++m)
             for (svod_i64 j = 0; j < nb; ++j) c[m * N + jb + j] = 0;
-        svod_i64 p = 0;
-        for (svod_i64 pb = 0; pb + 4 <= K; pb += 256) {
-            const svod_i64 pe = K - pb < 256 ? pb + ((K - pb) & ~(svod_i64)3) : pb + 256;
+        const svod_i64 k4 = K & ~(svod_i64)3;
+        for (svod_i64 pb = 0; pb < k4; pb += 256) {
+            const svod_i64 pe = k4 - pb < 256 ? k4 : pb + 256;
             for (svod_i64 m = 0; m < M; ++m)
                 for (svod_i64 j = 0; j < nb; ++j) part[m * 2048 + j] = 0;
-            for (p = pb; p < pe; p += 4) {
+            for (svod_i64 p = pb; p < pe; p += 4) {
                 const float *restrict b0 = b + p * N + jb, *restrict b1 = b0 + N, *restrict b2 = b1 + N, *restrict b3 = b2 + N;
                 for (svod_i64 m = 0; m < M; ++m) {
                     const float *am = a + m * K + p, a0 = am[0], a1 = am[1], a2 = am[2], a3 = am[3];
@@ -362,7 +362,7 @@ __attribute__((noinline)) static void svod_matmul_f32_6x16_thin(float *restrict 
             for (svod_i64 m = 0; m < M; ++m)
                 for (svod_i64 j = 0; j < nb; ++j) c[m * N + jb + j] += part[m * 2048 + j];
         }
-        for (; p < K; ++p) {
+        for (svod_i64 p = k4; p < K; ++p) {
             const float *restrict b0 = b + p * N + jb;
             for (svod_i64 m = 0; m < M; ++m) {
                 const float a0 = a[m * K + p];
@@ -551,12 +551,12 @@ __attribute__((noinline)) static void svod_matmul_f32_8x8_thin(float *restrict c
         const svod_i64 nb = n1 - jb < 2048 ? n1 - jb : 2048;
         for (svod_i64 m = 0; m < M; ++m)
             for (svod_i64 j = 0; j < nb; ++j) c[m * N + jb + j] = 0;
-        svod_i64 p = 0;
-        for (svod_i64 pb = 0; pb + 4 <= K; pb += 256) {
-            const svod_i64 pe = K - pb < 256 ? pb + ((K - pb) & ~(svod_i64)3) : pb + 256;
+        const svod_i64 k4 = K & ~(svod_i64)3;
+        for (svod_i64 pb = 0; pb < k4; pb += 256) {
+            const svod_i64 pe = k4 - pb < 256 ? k4 : pb + 256;
             for (svod_i64 m = 0; m < M; ++m)
                 for (svod_i64 j = 0; j < nb; ++j) part[m * 2048 + j] = 0;
-            for (p = pb; p < pe; p += 4) {
+            for (svod_i64 p = pb; p < pe; p += 4) {
                 const float *restrict b0 = b + p * N + jb, *restrict b1 = b0 + N, *restrict b2 = b1 + N, *restrict b3 = b2 + N;
                 for (svod_i64 m = 0; m < M; ++m) {
                     const float *am = a + m * K + p, a0 = am[0], a1 = am[1], a2 = am[2], a3 = am[3];
@@ -567,7 +567,7 @@ __attribute__((noinline)) static void svod_matmul_f32_8x8_thin(float *restrict c
             for (svod_i64 m = 0; m < M; ++m)
                 for (svod_i64 j = 0; j < nb; ++j) c[m * N + jb + j] += part[m * 2048 + j];
         }
-        for (; p < K; ++p) {
+        for (svod_i64 p = k4; p < K; ++p) {
             const float *restrict b0 = b + p * N + jb;
             for (svod_i64 m = 0; m < M; ++m) {
                 const float a0 = a[m * K + p];
@@ -767,12 +767,12 @@ __attribute__((noinline)) static void svod_matmul_f32_8x32_thin(float *restrict 
         const svod_i64 nb = n1 - jb < 2048 ? n1 - jb : 2048;
         for (svod_i64 m = 0; m < M; ++m)
             for (svod_i64 j = 0; j < nb; ++j) c[m * N + jb + j] = 0;
-        svod_i64 p = 0;
-        for (svod_i64 pb = 0; pb + 4 <= K; pb += 256) {
-            const svod_i64 pe = K - pb < 256 ? pb + ((K - pb) & ~(svod_i64)3) : pb + 256;
+        const svod_i64 k4 = K & ~(svod_i64)3;
+        for (svod_i64 pb = 0; pb < k4; pb += 256) {
+            const svod_i64 pe = k4 - pb < 256 ? k4 : pb + 256;
             for (svod_i64 m = 0; m < M; ++m)
                 for (svod_i64 j = 0; j < nb; ++j) part[m * 2048 + j] = 0;
-            for (p = pb; p < pe; p += 4) {
+            for (svod_i64 p = pb; p < pe; p += 4) {
                 const float *restrict b0 = b + p * N + jb, *restrict b1 = b0 + N, *restrict b2 = b1 + N, *restrict b3 = b2 + N;
                 for (svod_i64 m = 0; m < M; ++m) {
                     const float *am = a + m * K + p, a0 = am[0], a1 = am[1], a2 = am[2], a3 = am[3];
@@ -783,7 +783,7 @@ __attribute__((noinline)) static void svod_matmul_f32_8x32_thin(float *restrict 
             for (svod_i64 m = 0; m < M; ++m)
                 for (svod_i64 j = 0; j < nb; ++j) c[m * N + jb + j] += part[m * 2048 + j];
         }
-        for (; p < K; ++p) {
+        for (svod_i64 p = k4; p < K; ++p) {
             const float *restrict b0 = b + p * N + jb;
             for (svod_i64 m = 0; m < M; ++m) {
                 const float a0 = a[m * K + p];
@@ -964,12 +964,12 @@ __attribute__((noinline)) static void svod_matmul_f64_4x4_thin(double *restrict 
         const svod_i64 nb = n1 - jb < 1024 ? n1 - jb : 1024;
         for (svod_i64 m = 0; m < M; ++m)
             for (svod_i64 j = 0; j < nb; ++j) c[m * N + jb + j] = 0;
-        svod_i64 p = 0;
-        for (svod_i64 pb = 0; pb + 4 <= K; pb += 256) {
-            const svod_i64 pe = K - pb < 256 ? pb + ((K - pb) & ~(svod_i64)3) : pb + 256;
+        const svod_i64 k4 = K & ~(svod_i64)3;
+        for (svod_i64 pb = 0; pb < k4; pb += 256) {
+            const svod_i64 pe = k4 - pb < 256 ? k4 : pb + 256;
             for (svod_i64 m = 0; m < M; ++m)
                 for (svod_i64 j = 0; j < nb; ++j) part[m * 1024 + j] = 0;
-            for (p = pb; p < pe; p += 4) {
+            for (svod_i64 p = pb; p < pe; p += 4) {
                 const double *restrict b0 = b + p * N + jb, *restrict b1 = b0 + N, *restrict b2 = b1 + N, *restrict b3 = b2 + N;
                 for (svod_i64 m = 0; m < M; ++m) {
                     const double *am = a + m * K + p, a0 = am[0], a1 = am[1], a2 = am[2], a3 = am[3];
@@ -980,7 +980,7 @@ __attribute__((noinline)) static void svod_matmul_f64_4x4_thin(double *restrict 
             for (svod_i64 m = 0; m < M; ++m)
                 for (svod_i64 j = 0; j < nb; ++j) c[m * N + jb + j] += part[m * 1024 + j];
         }
-        for (; p < K; ++p) {
+        for (svod_i64 p = k4; p < K; ++p) {
             const double *restrict b0 = b + p * N + jb;
             for (svod_i64 m = 0; m < M; ++m) {
                 const double a0 = a[m * K + p];
@@ -1168,12 +1168,12 @@ __attribute__((noinline)) static void svod_matmul_f64_6x8_thin(double *restrict 
         const svod_i64 nb = n1 - jb < 1024 ? n1 - jb : 1024;
         for (svod_i64 m = 0; m < M; ++m)
             for (svod_i64 j = 0; j < nb; ++j) c[m * N + jb + j] = 0;
-        svod_i64 p = 0;
-        for (svod_i64 pb = 0; pb + 4 <= K; pb += 256) {
-            const svod_i64 pe = K - pb < 256 ? pb + ((K - pb) & ~(svod_i64)3) : pb + 256;
+        const svod_i64 k4 = K & ~(svod_i64)3;
+        for (svod_i64 pb = 0; pb < k4; pb += 256) {
+            const svod_i64 pe = k4 - pb < 256 ? k4 : pb + 256;
             for (svod_i64 m = 0; m < M; ++m)
                 for (svod_i64 j = 0; j < nb; ++j) part[m * 1024 + j] = 0;
-            for (p = pb; p < pe; p += 4) {
+            for (svod_i64 p = pb; p < pe; p += 4) {
                 const double *restrict b0 = b + p * N + jb, *restrict b1 = b0 + N, *restrict b2 = b1 + N, *restrict b3 = b2 + N;
                 for (svod_i64 m = 0; m < M; ++m) {
                     const double *am = a + m * K + p, a0 = am[0], a1 = am[1], a2 = am[2], a3 = am[3];
@@ -1184,7 +1184,7 @@ __attribute__((noinline)) static void svod_matmul_f64_6x8_thin(double *restrict 
             for (svod_i64 m = 0; m < M; ++m)
                 for (svod_i64 j = 0; j < nb; ++j) c[m * N + jb + j] += part[m * 1024 + j];
         }
-        for (; p < K; ++p) {
+        for (svod_i64 p = k4; p < K; ++p) {
             const double *restrict b0 = b + p * N + jb;
             for (svod_i64 m = 0; m < M; ++m) {
                 const double a0 = a[m * K + p];
@@ -1368,12 +1368,12 @@ __attribute__((noinline)) static void svod_matmul_f64_4x8_thin(double *restrict 
         const svod_i64 nb = n1 - jb < 1024 ? n1 - jb : 1024;
         for (svod_i64 m = 0; m < M; ++m)
             for (svod_i64 j = 0; j < nb; ++j) c[m * N + jb + j] = 0;
-        svod_i64 p = 0;
-        for (svod_i64 pb = 0; pb + 4 <= K; pb += 256) {
-            const svod_i64 pe = K - pb < 256 ? pb + ((K - pb) & ~(svod_i64)3) : pb + 256;
+        const svod_i64 k4 = K & ~(svod_i64)3;
+        for (svod_i64 pb = 0; pb < k4; pb += 256) {
+            const svod_i64 pe = k4 - pb < 256 ? k4 : pb + 256;
             for (svod_i64 m = 0; m < M; ++m)
                 for (svod_i64 j = 0; j < nb; ++j) part[m * 1024 + j] = 0;
-            for (p = pb; p < pe; p += 4) {
+            for (svod_i64 p = pb; p < pe; p += 4) {
                 const double *restrict b0 = b + p * N + jb, *restrict b1 = b0 + N, *restrict b2 = b1 + N, *restrict b3 = b2 + N;
                 for (svod_i64 m = 0; m < M; ++m) {
                     const double *am = a + m * K + p, a0 = am[0], a1 = am[1], a2 = am[2], a3 = am[3];
@@ -1384,7 +1384,7 @@ __attribute__((noinline)) static void svod_matmul_f64_4x8_thin(double *restrict 
             for (svod_i64 m = 0; m < M; ++m)
                 for (svod_i64 j = 0; j < nb; ++j) c[m * N + jb + j] += part[m * 1024 + j];
         }
-        for (; p < K; ++p) {
+        for (svod_i64 p = k4; p < K; ++p) {
             const double *restrict b0 = b + p * N + jb;
             for (svod_i64 m = 0; m < M; ++m) {
                 const double a0 = a[m * K + p];
@@ -1584,12 +1584,12 @@ __attribute__((noinline)) static void svod_matmul_f64_8x16_thin(double *restrict
         const svod_i64 nb = n1 - jb < 1024 ? n1 - jb : 1024;
         for (svod_i64 m = 0; m < M; ++m)
             for (svod_i64 j = 0; j < nb; ++j) c[m * N + jb + j] = 0;
-        svod_i64 p = 0;
-        for (svod_i64 pb = 0; pb + 4 <= K; pb += 256) {
-            const svod_i64 pe = K - pb < 256 ? pb + ((K - pb) & ~(svod_i64)3) : pb + 256;
+        const svod_i64 k4 = K & ~(svod_i64)3;
+        for (svod_i64 pb = 0; pb < k4; pb += 256) {
+            const svod_i64 pe = k4 - pb < 256 ? k4 : pb + 256;
             for (svod_i64 m = 0; m < M; ++m)
                 for (svod_i64 j = 0; j < nb; ++j) part[m * 1024 + j] = 0;
-            for (p = pb; p < pe; p += 4) {
+            for (svod_i64 p = pb; p < pe; p += 4) {
                 const double *restrict b0 = b + p * N + jb, *restrict b1 = b0 + N, *restrict b2 = b1 + N, *restrict b3 = b2 + N;
                 for (svod_i64 m = 0; m < M; ++m) {
                     const double *am = a + m * K + p, a0 = am[0], a1 = am[1], a2 = am[2], a3 = am[3];
@@ -1600,7 +1600,7 @@ __attribute__((noinline)) static void svod_matmul_f64_8x16_thin(double *restrict
             for (svod_i64 m = 0; m < M; ++m)
                 for (svod_i64 j = 0; j < nb; ++j) c[m * N + jb + j] += part[m * 1024 + j];
         }
-        for (; p < K; ++p) {
+        for (svod_i64 p = k4; p < K; ++p) {
             const double *restrict b0 = b + p * N + jb;
             for (svod_i64 m = 0; m < M; ++m) {
                 const double a0 = a[m * K + p];
