@@ -1,13 +1,13 @@
 """The int8 GEMM (onnx/kernels/qgemm.py, templates/qgemm.c.j2) on every path it has: AVX512-VNNI (zmm), AVX-VNNI
-(ymm), vpmaddwd without VNNI (zmm and ymm) and portable C, each forced (svod_int8_isa through
-rt_helpers.set_int8_isa, the compile target through SVOD_TARGET), on shapes whose M, K and N are no multiples of the
-tile (6 rows, 4-byte K groups, 64-column panels), int8 and uint8 on either side, zero points per tensor, per row
-and per column, B constant (packed at build) and run-time (packed by a kernel, batched and broadcast):
-MatMulInteger and ConvInteger (weights x patches packed from the input) against numpy's int64 sums, QLinearMatMul
-and QLinearConv (w's scale per output channel, the int32 bias) bit for bit against onnxruntime. Then the QDQ
-MatMul groups the front end rewrites into QLinearMatMul (frontend/quant_fold.py): a hand-built graph (per-column
-int8 weights, and activation x activation as attention has it) within one quantum of onnxruntime, and what is
-left alone."""
+(ymm), vpmaddwd without VNNI (zmm and ymm; portable C past its stack budget) and portable C, each forced
+(svod_int8_isa through rt_helpers.set_int8_isa, the compile target through SVOD_TARGET), on shapes whose M, K and N
+are no multiples of the tile (6 rows, 4-byte K groups, 64-column panels), int8 and uint8 on either side, zero points
+per tensor, per row and per column, B constant (packed at build) and run-time (packed by a kernel, batched and
+broadcast): MatMulInteger and ConvInteger (weights x patches packed from the input) against numpy's int64 sums,
+QLinearMatMul and QLinearConv (w's scale per output channel, the int32 bias) bit for bit against onnxruntime. Then
+the QDQ MatMul groups the front end rewrites into QLinearMatMul (frontend/quant_fold.py): a hand-built graph
+(per-column int8 weights, and activation x activation as attention has it) within one quantum of onnxruntime, and
+what is left alone."""
 
 from __future__ import annotations
 
@@ -183,6 +183,33 @@ def test_int8_gemm_every_path_and_remainder(tmp_path: Any, monkeypatch: Any) -> 
     assert len(seen) == len(_paths())
     q = [got["q%d" % i] for i in range(3)]
     assert any(((v == np.iinfo(v.dtype).min) | (v == np.iinfo(v.dtype).max)).any() for v in q)
+
+
+@pytest.mark.skipif(not HAS_AVX2, reason="the widened way is x86-64 with AVX2 or AVX-512")
+def test_a_k_past_the_widened_ways_stack_budget_takes_the_portable_way(tmp_path: Any, monkeypatch: Any) -> None:
+    """The widened way keeps a tile's rows of A on the stack (qgemm.QUADS_BYTES); a K past that budget renders no
+    widened form, and a CPU without VNNI computes the same sums in portable C."""
+    from svod_min import load_model
+    from svod_min.onnx import build_onnx
+    from svod_min.onnx.kernels import qgemm
+
+    model, feeds, want, refs = _graph()
+    path, bundle = str(tmp_path / "g.onnx"), str(tmp_path / "g.svod")
+    onnx.save(model, path)
+    monkeypatch.setattr(qgemm, "QUADS_BYTES", 0)
+    target = "x86_64-v4" if HAS_AVX512 else "x86_64-v3"
+    build_onnx(path, bundle, targets=[target], expect=False)
+    monkeypatch.setenv("SVOD_TARGET", target)
+    old = set_int8_isa(0)
+    try:
+        got = load_model(bundle).run(feeds)
+    finally:
+        set_int8_isa(old)
+    names = ["y%d" % i for i in range(len(CASES))] + ["c%d" % i for i in range(len(CONVS))]
+    for name, ref in zip(names, refs):
+        np.testing.assert_array_equal(got[name], ref.astype(np.int32), err_msg=name)
+    for i in range(4):
+        np.testing.assert_array_equal(got["q%d" % i], want[i], err_msg="q%d" % i)
 
 
 def test_isa_bits_follow_cpuinfo_flags(monkeypatch: Any) -> None:

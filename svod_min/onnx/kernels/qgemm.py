@@ -17,6 +17,9 @@ from .quant import QUANT_TYPES
 #: Rows of A per tile, and 16-column blocks of B per panel (MR x NR zmm sums: 24 of the 32 registers).
 MR, NR = 6, 4
 PANEL_COLUMNS = NR * 16
+#: The widened way (x86-64 without VNNI) keeps a tile's rows of A as 16-bit lanes on the kernel's stack, MR * K4 * 8
+#: bytes; a K past this budget takes the portable C way there instead.
+QUADS_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,7 @@ def int8_gemm(s: GemmShape, a: str, b: str, y: str) -> CKernel:
         per=per,
         panels=panels(s.n),
         panel_bytes=panel_bytes(s.k),
+        quads=MR * k_groups(s.k) * 8 <= QUADS_BYTES,
         bd=list(s.bd),
         sa=list(s.sa),
         sp=list(s.sp),
