@@ -26,6 +26,9 @@ from support import oracle as osup  # noqa: E402  (tests/ is on sys.path, like c
 
 from svod_min.jit_loader import relocate  # noqa: E402
 
+# the aarch64 stage's from-source pass assembles it with the arm64 root's own `as`
+pytestmark = pytest.mark.from_source_sample
+
 ASM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "vector_gcc12_O2.s")
 ASSEMBLER = "as" if ON_AARCH64 else "aarch64-linux-gnu-as"
 BASE = 0x40000000

@@ -125,6 +125,7 @@ def test_transcendentals_special_values(dt: str) -> None:
     assert np.isnan(out[4]) and out[2] == np.inf and out[3] == 0 and out[0] == 0
 
 
+@pytest.mark.from_source_sample
 def test_exp_log_dense_sweep_ulp_bounds(rng: Any) -> None:
     """The stated bounds over the whole float32 range of exp and log (dense sample)."""
     x = np.linspace(-103.0, 88.7, 400001).astype(np.float32)
@@ -136,6 +137,7 @@ def test_exp_log_dense_sweep_ulp_bounds(rng: Any) -> None:
     assert ulps(out, np.log(y.astype(np.longdouble)), "float32").max() <= ULP["log"]
 
 
+@pytest.mark.from_source_sample
 def test_float16_conversions_exhaustive(rng: Any) -> None:
     bits = np.arange(65536, dtype=np.uint32).astype(np.uint16)
     halves = bits.view(np.float16)

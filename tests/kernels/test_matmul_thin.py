@@ -16,6 +16,9 @@ from codegen.catalogue import MATMUL_THIN_ROWS  # noqa: E402
 from svod_min import kernels  # noqa: E402
 from svod_min.kernels.sig import compile_expr  # noqa: E402
 
+# the emulated arches compile this file's kernels from source with their own gcc (.ci/*-stage)
+pytestmark = pytest.mark.from_source_sample
+
 #: (M, N, K): each thin row count, K = 1..3 (only the remainder loop), K % 4 != 0, N = 1, N over one column
 #: block (2048 float32 / 1024 float64) with a ragged end, and the first row count past the thin path.
 THIN_SHAPES = [
