@@ -14,6 +14,9 @@ import pytest
 
 import svod_min
 
+# static checks of the source: the same on every Python (tests/conftest.py runs them in one env of the matrix)
+pytestmark = pytest.mark.python_independent
+
 REPO = Path(__file__).resolve().parents[1]
 CONTRACTS = REPO / ".importlinter"
 PACKAGE = Path(svod_min.__file__).resolve().parent  # the tested copy (an installed wheel under tox)
