@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import pytest
 
 np = pytest.importorskip("numpy")
+pytestmark = pytest.mark.python_independent  # C kernels against numpy: the same on every Python
 
 from support import conv_ref  # noqa: E402
 from support.blocked_kernels import block, needs_cc, run, unblock  # noqa: E402

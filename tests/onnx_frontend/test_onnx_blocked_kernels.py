@@ -16,6 +16,7 @@ from typing import Any, List, Sequence, Tuple
 import pytest
 
 np = pytest.importorskip("numpy")
+pytestmark = pytest.mark.python_independent  # C kernels against numpy: the same on every Python
 
 from support.blocked_kernels import block, needs_cc, run, unblock  # noqa: E402
 

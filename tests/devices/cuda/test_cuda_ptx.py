@@ -222,6 +222,7 @@ def test_shipped_ptx_follows_the_rules_and_matches_the_signatures() -> None:
 
 
 @needs_ptx_files
+@pytest.mark.python_independent
 @pytest.mark.skipif(PTXAS is None, reason="ptxas not found (CUDA toolkit not installed)")
 @pytest.mark.parametrize("arch", ["sm_75", "sm_80", "sm_90"])
 def test_ptxas_assembles_the_shipped_ptx(arch: str) -> None:
@@ -231,6 +232,7 @@ def test_ptxas_assembles_the_shipped_ptx(arch: str) -> None:
         assert cubin[:4] == b"\x7fELF", path
 
 
+@pytest.mark.python_independent
 @pytest.mark.skipif(PTXAS is None, reason="ptxas not found (CUDA toolkit not installed)")
 @pytest.mark.parametrize("arch", ["sm_75", "sm_90"])
 def test_library_kernels_fit_their_blocks(arch: str) -> None:
