@@ -98,10 +98,33 @@ def _logits_as_output(model: "onnx.ModelProto") -> "onnx.ModelProto":
     softmax = [n for n in model.graph.node if n.op_type == "Softmax"]
     if not softmax:
         return model
-    inferred = onnx.shape_inference.infer_shapes(model)
+    inferred = onnx.shape_inference.infer_shapes(_skeleton(model))
     info = [vi for vi in inferred.graph.value_info if vi.name == softmax[-1].input[0]]
     model.graph.output.extend(info)
     return model
+
+
+#: Initializers of at most this many elements keep their values in :func:`_skeleton` (a Reshape's shape, an axis).
+SKELETON_VALUES = 64
+
+
+def _skeleton(model: "onnx.ModelProto") -> "onnx.ModelProto":
+    """``model`` for shape inference: the big initializers as their dtype and dims alone (shape inference serialises
+    the model it is given, half a gigabyte of weights in VGG-19), the small ones whole."""
+    from onnx import TensorProto, helper
+
+    inits = []
+    for t in model.graph.initializer:
+        numel = 1
+        for d in t.dims:
+            numel *= d
+        if numel <= SKELETON_VALUES:
+            inits.append(t)
+        else:
+            inits.append(TensorProto(name=t.name, data_type=t.data_type, dims=list(t.dims)))
+    g = model.graph
+    graph = helper.make_graph(list(g.node), g.name, list(g.input), list(g.output), inits, value_info=list(g.value_info))
+    return helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
 
 
 def _keep_only(field: Any, wanted: Any) -> None:
