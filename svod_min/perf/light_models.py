@@ -12,6 +12,7 @@ importing this module costs nothing without them.
 
 from __future__ import annotations
 
+import math
 import os
 from typing import TYPE_CHECKING, Any, Dict, List, Tuple
 
@@ -113,15 +114,10 @@ def _skeleton(model: "onnx.ModelProto") -> "onnx.ModelProto":
     the model it is given, half a gigabyte of weights in VGG-19), the small ones whole."""
     from onnx import TensorProto, helper
 
-    inits = []
-    for t in model.graph.initializer:
-        numel = 1
-        for d in t.dims:
-            numel *= d
-        if numel <= SKELETON_VALUES:
-            inits.append(t)
-        else:
-            inits.append(TensorProto(name=t.name, data_type=t.data_type, dims=list(t.dims)))
+    inits = [
+        t if math.prod(t.dims) <= SKELETON_VALUES else TensorProto(name=t.name, data_type=t.data_type, dims=t.dims)
+        for t in model.graph.initializer
+    ]
     g = model.graph
     graph = helper.make_graph(list(g.node), g.name, list(g.input), list(g.output), inits, value_info=list(g.value_info))
     return helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)

@@ -152,6 +152,15 @@ def _paths() -> List[Tuple[str, int]]:
     return paths
 
 
+def _check(got: Dict[str, Any], want: List[Any], refs: List[Any], label: str) -> None:
+    """Every MatMulInteger and ConvInteger sum equal to numpy's, every QLinear result equal to onnxruntime's."""
+    names = ["y%d" % i for i in range(len(CASES))] + ["c%d" % i for i in range(len(CONVS))]
+    for name, ref in zip(names, refs):
+        np.testing.assert_array_equal(got[name], ref.astype(np.int32), err_msg="%s %s" % (label, name))
+    for i in range(4):
+        np.testing.assert_array_equal(got["q%d" % i], want[i], err_msg="%s q%d" % (label, i))
+
+
 def test_int8_gemm_every_path_and_remainder(tmp_path: Any, monkeypatch: Any) -> None:
     from svod_min import load_model
     from svod_min.onnx import build_onnx
@@ -174,11 +183,7 @@ def test_int8_gemm_every_path_and_remainder(tmp_path: Any, monkeypatch: Any) -> 
             got = load_model(bundle if targets else str(tmp_path / "g.svod")).run(feeds)
         finally:
             set_int8_isa(old)
-        names = ["y%d" % i for i in range(len(CASES))] + ["c%d" % i for i in range(len(CONVS))]
-        for name, ref in zip(names, refs):
-            np.testing.assert_array_equal(got[name], ref.astype(np.int32), err_msg="%s %d %s" % (target, bits, name))
-        for i in range(4):
-            np.testing.assert_array_equal(got["q%d" % i], want[i], err_msg="%s %d q%d" % (target, bits, i))
+        _check(got, want, refs, "%s %d" % (target, bits))
         seen.append((target, bits))
     assert len(seen) == len(_paths())
     q = [got["q%d" % i] for i in range(3)]
@@ -205,11 +210,7 @@ def test_a_k_past_the_widened_ways_stack_budget_takes_the_portable_way(tmp_path:
         got = load_model(bundle).run(feeds)
     finally:
         set_int8_isa(old)
-    names = ["y%d" % i for i in range(len(CASES))] + ["c%d" % i for i in range(len(CONVS))]
-    for name, ref in zip(names, refs):
-        np.testing.assert_array_equal(got[name], ref.astype(np.int32), err_msg=name)
-    for i in range(4):
-        np.testing.assert_array_equal(got["q%d" % i], want[i], err_msg="q%d" % i)
+    _check(got, want, refs, "portable C past the budget")
 
 
 def test_isa_bits_follow_cpuinfo_flags(monkeypatch: Any) -> None:
